@@ -1,0 +1,218 @@
+"""httpx clients built from the settings: API-root base URL, Bearer auth, timeout, retries, diagnosis.
+
+Retries happen in ``send`` (not in a transport) so that environment proxies still apply and every
+attempt passes through the recording layer. A failed exchange raises :class:`ExchangeFailed` with a
+diagnosis, unless the request carries ``extensions={"taotoken.expect_error": True}`` (for checks that
+provoke errors on purpose).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from .errors import ConfigError, ExchangeFailed
+from .keys import mask_key
+from .retry import RetryLog, decide
+from .settings import Settings
+from .urls import display_url, is_loopback
+
+EXPECT_ERROR = "taotoken.expect_error"
+RETRY_LOG = "taotoken.retry"
+USER_AGENT = "pytest-taotoken/0.1"
+
+
+@dataclass
+class ClientStats:
+    """Counters a test can read: ``client.stats.retries`` after a call, say."""
+
+    requests: int = 0
+    attempts: int = 0
+    retries: int = 0
+    waits: list[float] = field(default_factory=list)
+    last: RetryLog | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, log: RetryLog) -> None:
+        with self._lock:
+            self.requests += 1
+            self.attempts += log.attempts
+            self.retries += log.retries
+            self.waits.extend(log.waits)
+            self.last = log
+
+
+def _headers(settings: Settings) -> dict[str, str]:
+    headers = {"User-Agent": USER_AGENT}
+    if settings.api_key:
+        headers["Authorization"] = f"Bearer {settings.api_key}"
+    return headers
+
+
+def check_transport_security(settings: Settings) -> None:
+    """Refuse to send a key over plain http to a non-loopback host unless --taotoken-allow-http."""
+    url = httpx.URL(settings.api_root)
+    if url.scheme == "http" and not is_loopback(url.host) and not settings.allow_http and settings.api_key:
+        raise ConfigError(
+            f"base_url {display_url(settings.api_root)} (from {settings.source('base_url')}) uses http:// for a"
+            " non-loopback host: the key would travel in clear. Fix: use https://, or pass --taotoken-allow-http"
+            " if the network is trusted",
+            field="base_url",
+            source=settings.source("base_url"),
+        )
+
+
+def _client_kwargs(settings: Settings, kwargs: dict[str, Any]) -> dict[str, Any]:
+    check_transport_security(settings)
+    headers = _headers(settings)
+    headers.update(kwargs.pop("headers", None) or {})
+    return {
+        "base_url": settings.api_root,
+        "headers": headers,
+        "timeout": httpx.Timeout(settings.timeout),
+        **kwargs,
+    }
+
+
+def _diagnose_response(response: httpx.Response, settings: Settings, log: RetryLog) -> None:
+    from .diagnose import check_response
+
+    check_response(response, settings, retry_log=log)
+
+
+def _diagnose_exception(request: httpx.Request, exc: Exception, settings: Settings, log: RetryLog) -> ExchangeFailed:
+    from .diagnose import failure_for_exception
+
+    return failure_for_exception(request, exc, settings, retry_log=log)
+
+
+class _RetryMixin:
+    settings: Settings
+    stats: ClientStats
+    sleep_enabled: bool
+
+    def _init_taotoken(self, settings: Settings, sleep: bool | None) -> None:
+        self.settings = settings
+        self.stats = ClientStats()
+        # In replay, retries do not sleep: the recorded server is not really rate-limiting.
+        self.sleep_enabled = settings.mode != "replay" if sleep is None else sleep
+
+    def _expects_error(self, request: httpx.Request) -> bool:
+        return bool(request.extensions.get(EXPECT_ERROR))
+
+    def _finish(self, request: httpx.Request, response: httpx.Response, log: RetryLog, *, read: bool) -> None:
+        response.extensions[RETRY_LOG] = log  # type: ignore[index]
+        self.stats.add(log)
+        if read and not self._expects_error(request):
+            _diagnose_response(response, self.settings, log)
+
+
+class TaoTokenClient(_RetryMixin, httpx.Client):
+    """``httpx.Client`` with the plugin's retry policy, stats and diagnosis."""
+
+    def __init__(self, settings: Settings, *, sleep: bool | None = None, **kwargs: Any) -> None:
+        super().__init__(**_client_kwargs(settings, kwargs))
+        self._init_taotoken(settings, sleep)
+        self._sleep: Callable[[float], None] = time.sleep
+
+    def __repr__(self) -> str:
+        return f"<TaoTokenClient {display_url(self.settings.api_root)} key={mask_key(self.settings.api_key)}>"
+
+    def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:  # type: ignore[override]
+        log = RetryLog()
+        while True:
+            log.attempts += 1
+            try:
+                response = super().send(request, **kwargs)
+            except httpx.TransportError as exc:
+                log.statuses.append(None)
+                decision = decide(None, {}, log.attempts - 1, self.settings.max_retries) if _retryable_exc(exc) else None
+                if decision is not None and decision.retry:
+                    self._wait(log, decision.wait)
+                    continue
+                log.stop_reason = decision.reason if decision else ""
+                self.stats.add(log)
+                if self._expects_error(request):
+                    raise
+                raise _diagnose_exception(request, exc, self.settings, log) from exc
+            log.statuses.append(response.status_code)
+            decision = decide(response.status_code, response.headers, log.attempts - 1, self.settings.max_retries)
+            if decision.retry:
+                response.close()
+                self._wait(log, decision.wait)
+                continue
+            log.stop_reason = decision.reason
+            if not kwargs.get("stream"):
+                response.read()
+            self._finish(request, response, log, read=not kwargs.get("stream"))
+            return response
+
+    def _wait(self, log: RetryLog, seconds: float) -> None:
+        log.waits.append(seconds)
+        if self.sleep_enabled and seconds > 0:
+            self._sleep(seconds)
+
+
+class TaoTokenAsyncClient(_RetryMixin, httpx.AsyncClient):
+    """``httpx.AsyncClient`` with the plugin's retry policy, stats and diagnosis."""
+
+    def __init__(self, settings: Settings, *, sleep: bool | None = None, **kwargs: Any) -> None:
+        super().__init__(**_client_kwargs(settings, kwargs))
+        self._init_taotoken(settings, sleep)
+
+    def __repr__(self) -> str:
+        return f"<TaoTokenAsyncClient {display_url(self.settings.api_root)} key={mask_key(self.settings.api_key)}>"
+
+    async def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:  # type: ignore[override]
+        log = RetryLog()
+        while True:
+            log.attempts += 1
+            try:
+                response = await super().send(request, **kwargs)
+            except httpx.TransportError as exc:
+                log.statuses.append(None)
+                decision = decide(None, {}, log.attempts - 1, self.settings.max_retries) if _retryable_exc(exc) else None
+                if decision is not None and decision.retry:
+                    await self._wait(log, decision.wait)
+                    continue
+                log.stop_reason = decision.reason if decision else ""
+                self.stats.add(log)
+                if self._expects_error(request):
+                    raise
+                raise _diagnose_exception(request, exc, self.settings, log) from exc
+            log.statuses.append(response.status_code)
+            decision = decide(response.status_code, response.headers, log.attempts - 1, self.settings.max_retries)
+            if decision.retry:
+                await response.aclose()
+                await self._wait(log, decision.wait)
+                continue
+            log.stop_reason = decision.reason
+            if not kwargs.get("stream"):
+                await response.aread()
+            self._finish(request, response, log, read=not kwargs.get("stream"))
+            return response
+
+    async def _wait(self, log: RetryLog, seconds: float) -> None:
+        log.waits.append(seconds)
+        if self.sleep_enabled and seconds > 0:
+            await asyncio.sleep(seconds)
+
+
+def _retryable_exc(exc: httpx.TransportError) -> bool:
+    """Connection-level failures are retried; timeouts waiting for an answer are not."""
+    return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,
+                            httpx.WriteError))
+
+
+def build_client(settings: Settings, **kwargs: Any) -> TaoTokenClient:
+    return TaoTokenClient(settings, **kwargs)
+
+
+def build_async_client(settings: Settings, **kwargs: Any) -> TaoTokenAsyncClient:
+    return TaoTokenAsyncClient(settings, **kwargs)

@@ -1,0 +1,202 @@
+"""pytest glue only: options, ini keys, markers, fixtures and the report header.
+
+Everything else lives in importable modules; heavy ones (httpx clients, recording, contracts) are
+imported inside the fixtures and hooks that need them, so a run that never uses the plugin pays
+almost nothing for having it installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from .errors import ConfigError
+from .keys import is_placeholder
+from .settings import FIELDS, Mode, Settings, resolve_settings
+
+if TYPE_CHECKING:
+    from .client import TaoTokenAsyncClient, TaoTokenClient
+
+SETTINGS_KEY = pytest.StashKey[Settings]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("taotoken", "taotoken: check an OpenAI-compatible gateway (TaoToken by default)")
+    group.addoption("--taotoken-live", action="store_true", default=False,
+                    help="send requests to the real endpoint; write no cassette")
+    group.addoption("--taotoken-record", action="store_true", default=False,
+                    help="send requests to the real endpoint and (re)write the tests' cassettes")
+    group.addoption("--taotoken-config", metavar="PATH", default=None,
+                    help="TOML file with [model] base_url, api_key_env, sample_model, eval_model and [rollout] ...")
+    group.addoption("--taotoken-allow-http", action="store_true", default=False,
+                    help="allow http:// to a non-loopback host (the key travels in clear)")
+    group.addoption("--taotoken-doctor", action="store_true", default=False,
+                    help="check config files (the given paths, or the known names under rootdir) and the environment")
+    helps = {
+        "base_url": "API root of the gateway (default https://taotoken.net/api)",
+        "key_env": "name of the environment variable that holds the API key (default TAOTOKEN_API_KEY)",
+        "sample_model": "model ID used for sampling",
+        "eval_model": "model ID used for evaluation",
+        "models": "comma-separated model IDs the suite checks (default: sample and eval model)",
+        "timeout": "request timeout in seconds (default 120)",
+        "max_retries": "retries on 408/409/429/5xx and connection errors (default 2)",
+        "samples": "parallel samples per prompt for the concurrency and diversity checks (default 4)",
+        "cassette_dir": "folder of the cassettes (default cassettes)",
+    }
+    for spec in FIELDS:
+        assert spec.cli and spec.ini
+        group.addoption(spec.cli, dest=f"taotoken_{spec.name}", default=None, metavar=spec.name.upper(),
+                        help=helps[spec.name])
+        parser.addini(spec.ini, help=helps[spec.name], default=None)
+    parser.addini("taotoken_config", help="TOML config file (see --taotoken-config)", default=None)
+
+
+def _mode(config: pytest.Config) -> Mode:
+    if config.getoption("taotoken_record"):
+        return "record"
+    return "live" if config.getoption("taotoken_live") else "replay"
+
+
+def _resolve(config: pytest.Config) -> Settings:
+    cli = {spec.name: config.getoption(f"taotoken_{spec.name}") for spec in FIELDS}
+    ini = {spec.name: config.getini(spec.ini) for spec in FIELDS if spec.ini}
+    config_path = config.getoption("taotoken_config")
+    config_source = "--taotoken-config"
+    if not config_path and config.getini("taotoken_config"):
+        config_path = str(config.rootpath / str(config.getini("taotoken_config")))
+        config_source = "ini taotoken_config"
+    return resolve_settings(cli, ini, os.environ, config_path=config_path, config_source=config_source,
+                            mode=_mode(config), allow_http=bool(config.getoption("taotoken_allow_http")))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "taotoken_live: this test talks to the endpoint (replayed from its cassette "
+                            "by default, real with --taotoken-live/--taotoken-record)")
+    config.addinivalue_line("markers", "taotoken_cassette(name): share the cassette `name` between tests")
+    try:
+        config.stash[SETTINGS_KEY] = _resolve(config)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"taotoken: {exc}") from None
+    if config.getoption("taotoken_doctor"):
+        from .doctor.pytest_plugin import DoctorPlugin
+
+        config.pluginmanager.register(DoctorPlugin(config), "taotoken-doctor")
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    settings = config.stash.get(SETTINGS_KEY, None)
+    return settings.header_lines() if settings else []
+
+
+def get_settings(config: pytest.Config) -> Settings:
+    return config.stash[SETTINGS_KEY]
+
+
+def require_key(settings: Settings) -> None:
+    """In live and record modes, a missing or placeholder key fails with how to set it."""
+    if not settings.talks_to_endpoint:
+        return
+    var = settings.sources.get("api_key", settings.key_env)
+    if not settings.api_key:
+        empty = f" ({var} is set but empty)" if var in settings.empty_env else ""
+        pytest.fail(
+            f"taotoken: no API key{empty}: the key is read from the environment variable {settings.key_env}."
+            f" Fix: export {settings.key_env}=<your key> in the shell that runs pytest (in containers and xdist"
+            " workers, check that it is passed to the child process).",
+            pytrace=False,
+        )
+    if is_placeholder(settings.api_key):
+        pytest.fail(
+            f"taotoken: the key in {var} is a placeholder, not a real key. Fix: export {var}=<your real key> from"
+            " the gateway's console.",
+            pytrace=False,
+        )
+
+
+def require_endpoint(request: pytest.FixtureRequest, settings: Settings) -> None:
+    """A fixture that talks to the endpoint: check the key live, or that replay can answer."""
+    require_key(settings)
+
+
+@pytest.fixture(scope="session")
+def taotoken_settings(pytestconfig: pytest.Config) -> Settings:
+    """The resolved, frozen settings (with the source of every value)."""
+    return get_settings(pytestconfig)
+
+
+@pytest.fixture
+def taotoken_client(request: pytest.FixtureRequest, taotoken_settings: Settings) -> Iterator[TaoTokenClient]:
+    """An ``httpx.Client`` on the API root with auth, timeout, retries and diagnosis."""
+    from .client import build_client
+
+    require_endpoint(request, taotoken_settings)
+    with build_client(taotoken_settings) as client:
+        yield client
+
+
+@pytest.fixture
+def taotoken_async_client(request: pytest.FixtureRequest, taotoken_settings: Settings) -> Iterator[TaoTokenAsyncClient]:
+    """An ``httpx.AsyncClient`` on the API root with auth, timeout, retries and diagnosis.
+
+    A plain fixture (not ``async``), so it works under pytest-asyncio, anyio or ``asyncio.run`` alike;
+    it is closed after the test.
+    """
+    from .client import build_async_client
+
+    require_endpoint(request, taotoken_settings)
+    client = build_async_client(taotoken_settings)
+    yield client
+    if not client.is_closed:
+        with contextlib.suppress(RuntimeError):
+            asyncio.run(client.aclose())
+
+
+def _model(settings: Settings, name: str) -> str:
+    value: str | None = getattr(settings, name)
+    if not value:
+        spec = next(s for s in FIELDS if s.name == name)
+        pytest.skip(f"needs {name}: set {' or '.join(spec.env)} or pass {spec.cli}")
+    return value
+
+
+@pytest.fixture(scope="session")
+def taotoken_sample_model(taotoken_settings: Settings) -> str:
+    """The model ID used for sampling; skips with the requirement when none is configured."""
+    return _model(taotoken_settings, "sample_model")
+
+
+@pytest.fixture(scope="session")
+def taotoken_eval_model(taotoken_settings: Settings) -> str:
+    """The model ID used for evaluation; skips with the requirement when none is configured."""
+    return _model(taotoken_settings, "eval_model")
+
+
+@pytest.fixture
+def client(taotoken_client: TaoTokenClient) -> TaoTokenClient:
+    """Alias of ``taotoken_client``."""
+    return taotoken_client
+
+
+@pytest.fixture
+def async_client(taotoken_async_client: TaoTokenAsyncClient) -> TaoTokenAsyncClient:
+    """Alias of ``taotoken_async_client``."""
+    return taotoken_async_client
+
+
+@pytest.fixture(scope="session")
+def sample_model(taotoken_sample_model: str) -> str:
+    """Alias of ``taotoken_sample_model``."""
+    return taotoken_sample_model
+
+
+@pytest.fixture(scope="session")
+def eval_model(taotoken_eval_model: str) -> str:
+    """Alias of ``taotoken_eval_model``."""
+    return taotoken_eval_model
+
+
