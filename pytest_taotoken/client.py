@@ -148,9 +148,11 @@ class TaoTokenClient(_RetryMixin, httpx.Client):
                 self._wait(log, decision.wait)
                 continue
             log.stop_reason = decision.reason
-            if not kwargs.get("stream"):
+            # A streamed reply is diagnosed only when it failed: a good stream is the caller's to read.
+            read = not kwargs.get("stream") or (response.status_code >= 400 and not self._expects_error(request))
+            if read:
                 response.read()
-            self._finish(request, response, log, read=not kwargs.get("stream"))
+            self._finish(request, response, log, read=read)
             return response
 
     def _wait(self, log: RetryLog, seconds: float) -> None:
@@ -193,9 +195,10 @@ class TaoTokenAsyncClient(_RetryMixin, httpx.AsyncClient):
                 await self._wait(log, decision.wait)
                 continue
             log.stop_reason = decision.reason
-            if not kwargs.get("stream"):
+            read = not kwargs.get("stream") or (response.status_code >= 400 and not self._expects_error(request))
+            if read:
                 await response.aread()
-            self._finish(request, response, log, read=not kwargs.get("stream"))
+            self._finish(request, response, log, read=read)
             return response
 
     async def _wait(self, log: RetryLog, seconds: float) -> None:
