@@ -156,7 +156,7 @@ def normalize_base_url(raw: str, *, source: str | None = None) -> NormalizedURL:
                 source,
             )
         )
-    if not path:
+    if not path and not is_loopback(host):  # a local proxy (LiteLLM on :4000) serves at its root
         findings.append(
             _finding(
                 "base_url.no_path",

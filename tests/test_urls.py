@@ -27,7 +27,7 @@ ROOT = "https://taotoken.net/api"
         ("taotoken.net/api", ROOT, {"base_url.no_scheme"}),
         ("HTTPS://TaoToken.NET:443/api", ROOT, set()),
         ("https://taotoken.net", "https://taotoken.net", {"base_url.no_path"}),
-        ("http://127.0.0.1:4000/v1", "http://127.0.0.1:4000", {"base_url.v1_suffix", "base_url.no_path"}),
+        ("http://127.0.0.1:4000/v1", "http://127.0.0.1:4000", {"base_url.v1_suffix"}),
         ("http://localhost:80/api", "http://localhost/api", set()),
         ("http://gateway.corp/api", "http://gateway.corp/api", {"base_url.insecure_http"}),
         ("https://[::1]:8443/api/", "https://[::1]:8443/api", set()),

@@ -1,0 +1,3 @@
+# ~/.zshrc
+export PATH="$HOME/bin:$PATH"
+export OPENAI_API_KEY=YOUR_API_KEY
