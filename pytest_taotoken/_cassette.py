@@ -25,7 +25,7 @@ import json
 import os
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -70,10 +70,11 @@ class Request:
     uri: str
     body: bytes = b""
     headers: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    root: str = field(default="", compare=False)  # the API root's path when recorded (not matched)
 
     @cached_property
     def key(self) -> Key:
-        return match_key(self.method, self.uri, self.body)
+        return match_key(self.method, self.uri, self.body, self.root)
 
     @cached_property
     def model(self) -> str | None:
@@ -117,10 +118,18 @@ class Interaction:
 
 # -- matching ----------------------------------------------------------------------------------
 
-def path_of(uri: str) -> str:
-    """The path and query of a URI: the host is not matched, so a recording replays on any port."""
+def path_of(uri: str, root: str = "") -> str:
+    """The path and query of a URI below the API root's path ``root``.
+
+    Neither the host nor the root's path is matched, so a recording made against
+    ``http://127.0.0.1:4000`` replays against ``https://taotoken.net/api`` and on any port.
+    """
     parts = urlsplit(uri)
-    return parts.path + ("?" + parts.query if parts.query else "")
+    path = parts.path
+    root = root.rstrip("/")
+    if root and (path == root or path.startswith(root + "/")):
+        path = path[len(root):] or "/"
+    return path + ("?" + parts.query if parts.query else "")
 
 
 def canonical_body(body: bytes) -> str:
@@ -133,8 +142,8 @@ def canonical_body(body: bytes) -> str:
         return body.decode("utf-8", "surrogateescape")
 
 
-def match_key(method: str, uri: str, body: bytes) -> Key:
-    return method.upper(), path_of(uri), canonical_body(body)
+def match_key(method: str, uri: str, body: bytes, root: str = "") -> Key:
+    return method.upper(), path_of(uri, root), canonical_body(body)
 
 
 def body_model(body: bytes) -> str | None:
@@ -190,8 +199,9 @@ def _to_dict(item: Interaction) -> dict[str, Any]:
     return out
 
 
-def dumps(interactions: Iterable[Interaction]) -> str:
-    data = {"interactions": [_to_dict(i) for i in interactions], "version": VERSION}
+def dumps(interactions: Iterable[Interaction], root_path: str | None = None) -> str:
+    data: dict[str, Any] = {} if root_path is None else {"root_path": root_path}
+    data.update({"interactions": [_to_dict(i) for i in interactions], "version": VERSION})
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1 << 30,
                      default_flow_style=None)
 
@@ -265,6 +275,11 @@ def _from_dict(raw: Any, n: int, owner: str | None) -> Interaction:
 
 def parse(text: bytes | str) -> list[Interaction]:
     """Interactions of a cassette's text; raises ``_Bad`` with the reason when it is not a valid cassette."""
+    return parse_with_root(text)[0]
+
+
+def parse_with_root(text: bytes | str) -> tuple[list[Interaction], str | None]:
+    """The interactions and the API root path they were recorded under (None: not recorded)."""
     try:
         data = yaml.load(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:
@@ -278,7 +293,12 @@ def parse(text: bytes | str) -> list[Interaction]:
           "it has no 'version: 1' at its end: the file is truncated or is not a cassette")
     raw = data.get("interactions")
     _need(isinstance(raw, list), "it has no list of interactions")
-    return [_from_dict(item, n, None) for n, item in enumerate(raw)]
+    root = data.get("root_path")
+    _need(root is None or isinstance(root, str), "its root_path is not text")
+    items = [_from_dict(item, n, None) for n, item in enumerate(raw)]
+    if root:
+        items = [replace(i, request=replace(i.request, root=root)) for i in items]
+    return items, root
 
 
 # -- loading, with a cache for cassettes shared by many tests ----------------------------------
@@ -288,6 +308,7 @@ class Cassette:
     path: Path
     interactions: list[Interaction]
     exists: bool = True
+    root_path: str | None = None
 
     def queues(self, owner: str | None = None) -> dict[Key, deque[Interaction]]:
         """Per-key FIFO queues; in a shared cassette, the owner's own recordings come first."""
@@ -321,12 +342,12 @@ def load(path: Path, *, display: str | None = None, fix: str = "record it again"
     if cached is not None and cached[0] == signature:
         return cached[1]
     try:
-        interactions = parse(path.read_bytes())
+        interactions, root_path = parse_with_root(path.read_bytes())
     except _Bad as exc:
         raise CassetteCorrupt(corrupt_message(shown, str(exc), fix)) from None
     except OSError as exc:
         raise CassetteCorrupt(corrupt_message(shown, f"it cannot be read ({exc.strerror})", fix)) from None
-    cassette = Cassette(path, interactions)
+    cassette = Cassette(path, interactions, root_path=root_path)
     _CACHE[path] = (signature, cassette)
     return cassette
 
@@ -350,7 +371,7 @@ def merge(old: Sequence[Interaction], new: Sequence[Interaction], owner: str) ->
 
 
 def write(path: Path, interactions: Sequence[Interaction], *, owner: str | None = None, shared: bool = False,
-          display: str | None = None, lock_wait: float | None = None) -> int:
+          display: str | None = None, lock_wait: float | None = None, root_path: str | None = None) -> int:
     """Write the cassette atomically under its lock file; in a shared cassette, merge with the other tests'.
 
     Returns the number of interactions in the file. Raises :class:`CassetteLocked` when another process
@@ -368,7 +389,7 @@ def write(path: Path, interactions: Sequence[Interaction], *, owner: str | None 
                 except (OSError, _Bad):
                     old = []  # none yet, or corrupt: recording is how a corrupt cassette gets repaired
                 final = merge(old, interactions, owner)
-            atomic_write_text(path, dumps(final))
+            atomic_write_text(path, dumps(final, root_path))
             _CACHE.pop(path, None)
             return len(final)
     except LockBusy as exc:

@@ -34,6 +34,7 @@ from ._cassette import (
     body_model,
     canonical_body,
     match_key,
+    path_of,
 )
 from ._scrub import Scrubber
 from .keys import redact
@@ -264,8 +265,10 @@ class Recorder:
     """Answers (replay) or records (record) the requests of one cassette use."""
 
     def __init__(self, mode: Mode, scrubber: Scrubber, cassette: Cassette, *, owner: str | None = None,
-                 shared: bool = False, display: str = "", command: str = "") -> None:
+                 shared: bool = False, display: str = "", command: str = "", root: str = "") -> None:
         self.mode = mode
+        # Paths are matched below the API root, when the cassette says which root it was recorded under.
+        self.root = root if cassette.root_path is not None else ""
         self.scrubber = scrubber
         self.cassette = cassette
         self.owner = owner if shared else None
@@ -304,14 +307,15 @@ class Recorder:
 
     def _replay(self, mod: Any, request: Any, body: bytes) -> Any:
         scrub = self.scrubber
-        key = match_key(request.method, scrub.text(str(request.url)), scrub.data(body))
+        key = match_key(request.method, scrub.text(str(request.url)), scrub.data(body), self.root)
         with self._lock:
             queue = self._queues.get(key)
             item = queue.popleft() if queue else None
             if item is not None:
                 self.replayed += 1
         if item is None:
-            miss = MissingRecording(redact(self._miss_message(key, scrub.data(body))))
+            full = path_of(scrub.text(str(request.url)))
+            miss = MissingRecording(redact(self._miss_message(key, scrub.data(body), full)))
             with self._lock:
                 self.misses.append(miss)
             raise miss
@@ -337,8 +341,9 @@ class Recorder:
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": resp.reason.encode("latin-1", "replace")},
         )
 
-    def _miss_message(self, key: Key, body: bytes) -> str:
+    def _miss_message(self, key: Key, body: bytes, full_path: str | None = None) -> str:
         method, path, _ = key
+        path = full_path or path  # the request's own path, not the one below the API root
         model = body_model(body)
         what = f"{method} {path}" + (f' (model "{model}")' if model else "")
         if not self.cassette.exists:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -92,6 +93,11 @@ class CassetteSession:
         self.recorder: Recorder | None = None
 
     @property
+    def root_path(self) -> str:
+        """The API root's path (``/api`` for https://taotoken.net/api): requests are matched below it."""
+        return urlsplit(self.settings.api_root).path.rstrip("/") if self.settings is not None else ""
+
+    @property
     def misses(self) -> list[AssertionError]:
         return list(self.recorder.misses) if self.recorder is not None else []
 
@@ -113,6 +119,7 @@ class CassetteSession:
         self.existed = cassette.exists
         scrubber = Scrubber([self.settings.api_key] if self.settings is not None else [])
         self.recorder = _intercept.Recorder(self.mode, scrubber, cassette, owner=self.owner, shared=self.shared,
+                                            root=self.root_path,
                                             display=self.display, command=self.command)
         _intercept.activate(self.recorder)
 
@@ -139,6 +146,7 @@ class CassetteSession:
         if not interactions and not self.existed:
             return None
         self.written = _cassette.write(self.path, interactions, owner=self.owner, shared=self.shared,
+                                       root_path=self.root_path,
                                        display=self.display)
         return None
 

@@ -159,3 +159,18 @@ def test_every_retry_attempt_is_recorded_and_replayed_in_order(tmp_path: Path, s
     with use_cassette(path, "replay", replay), build_client(replay) as http:
         assert http.get("v1/models").status_code == 200
         assert http.stats.retries == 1
+
+
+def test_a_recording_replays_under_another_api_root(tmp_path: Path, gateway: FakeGateway, settings: Settings) -> None:
+    """Paths are matched below the API root: recorded at http://host:port/api, replayed at a bare root."""
+    path = tmp_path / "moved.yaml"
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    recorder = settings.with_changes(mode="record", api_root=gateway.base_url)
+    with use_cassette(path, settings=recorder), client(gateway.base_url) as http:
+        recorded = http.post("/v1/chat/completions", json=body).json()
+    assert "root_path: /api" in path.read_text()
+    elsewhere = settings.with_changes(mode="replay", api_root="https://gateway.example")
+    with use_cassette(path, settings=elsewhere), client("https://gateway.example") as http:
+        assert http.post("/v1/chat/completions", json=body).json() == recorded
+    with pytest.raises(MissingRecording), use_cassette(path, settings=elsewhere), client("https://gateway.example") as http:
+        http.post("/api/v1/chat/completions", json=body)
