@@ -58,10 +58,13 @@ def run_check(request: pytest.FixtureRequest, settings: Settings, check: str, mo
         pytest.skip("needs a model: set RL_SAMPLE_MODEL / RL_EVAL_MODEL or pass --taotoken-models a,b")
     require_key(settings)
     fn = CHECKS[check].fn
+    skipped: BaseException | None = None
     with _cassette(request, settings, check, model), build_client(settings) as client:
         ctx = CheckContext(check, model, settings, client, suite_options(request.config))
         try:
             fn(ctx)
+        except pytest.skip.Exception as exc:
+            skipped = exc  # a verdict reached after real exchanges: the recording is kept
         finally:
             request.node.user_properties.append((PROPERTY, {
                 "check": check,
@@ -71,3 +74,5 @@ def run_check(request: pytest.FixtureRequest, settings: Settings, check: str, mo
                 "requests": client.stats.requests + ctx.extra_requests,
                 "retries": client.stats.retries,
             }))
+    if skipped is not None:
+        raise skipped
