@@ -7,7 +7,6 @@ almost nothing for having it installed.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 from collections.abc import Iterator
@@ -201,6 +200,8 @@ def taotoken_async_client(request: pytest.FixtureRequest, taotoken_settings: Set
     A plain fixture (not ``async``), so it works under pytest-asyncio, anyio or ``asyncio.run`` alike;
     it is closed after the test.
     """
+    import asyncio
+
     from .client import build_async_client
 
     require_endpoint(request, taotoken_settings)

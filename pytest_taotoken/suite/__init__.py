@@ -10,3 +10,4 @@ from pathlib import Path
 
 SUITE_MODULE = Path(__file__).with_name("test_gateway.py")
 NO_MODEL = "no-model"
+PROPERTY = "taotoken"  # key of the item's user_properties entry that the report reads

@@ -9,11 +9,9 @@ from pathlib import Path
 import pytest
 
 from ..settings import Settings
-from . import NO_MODEL
+from . import NO_MODEL, PROPERTY
 from .context import CheckContext, SuiteOptions
 from .registry import CHECKS
-
-PROPERTY = "taotoken"  # key of the item's user_properties entry that the report reads
 
 
 def suite_options(config: pytest.Config) -> SuiteOptions:
