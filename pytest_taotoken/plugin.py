@@ -123,9 +123,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Suite items read ``suite/<check>[<model>]``: stable ids that reports and users depend on."""
     for item in items:
         if getattr(getattr(item, "module", None), "__name__", "") == "pytest_taotoken.suite.test_gateway":
-            callspec = getattr(item, "callspec", None)
-            if callspec is not None:
-                check, model = callspec.params["taotoken_case"]
+            case = getattr(getattr(item, "callspec", None), "params", {}).get("taotoken_case")
+            if isinstance(case, tuple):
+                check, model = case
                 _set_nodeid(item, f"suite/{check}[{model}]")
 
 

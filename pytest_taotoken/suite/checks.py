@@ -72,16 +72,24 @@ LAYOUTS = {"v1": "/v1/chat/completions", "bare": "/chat/completions", "v1v1": "/
 def url_layout(ctx: CheckContext) -> None:
     """Which URL layouts answer: {root}/v1/..., {root}/..., {root}/v1/v1/...; and the base URL per client."""
     root = ctx.settings.api_root.rstrip("/")
+    from ..contracts import error_shape
+
     works: dict[str, bool] = {}
+    answers: dict[str, str] = {}
     for name, path in LAYOUTS.items():
         try:
             response = ctx.post(ctx.chat_body(max_tokens=4, temperature=0), url=root + path, expect_error=True)
-        except AssertionError:
+        except AssertionError as exc:
             works[name] = False
+            answers[name] = str(exc).splitlines()[0][:120]
             continue
-        ok = response.status_code == 200 and isinstance(_json(response), dict) and "choices" in _json(response)
-        works[name] = ok
+        payload = _json(response)
+        works[name] = response.status_code == 200 and isinstance(payload, dict) and "choices" in payload
+        if not works[name]:
+            shape = error_shape(payload) if isinstance(payload, dict) else "not JSON"
+            answers[name] = f"HTTP {response.status_code}, {shape} error shape"
     ctx.details["layouts"] = works
+    ctx.details["failed_layouts"] = answers  # e.g. LiteLLM: /v1/v1 -> HTTP 404, fastapi error shape
     shown = display_url(root)  # a password in the URL's userinfo is masked wherever the URL is shown
     if works["v1"]:
         table = client_base_urls(shown)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+# ``import a.b.c``, not ``from a.b import c``: the latter takes the package attribute and skips a
+# re-import, so a fresh registry (pytester's in-process runs restore sys.modules) would stay empty.
+import pytest_taotoken.suite.checks  # noqa: F401  (registers the checks)
 from pytest_taotoken.plugin import get_settings
 from pytest_taotoken.settings import Settings
-from pytest_taotoken.suite import checks as _checks  # noqa: F401  (registers the checks)
 from pytest_taotoken.suite.runner import cases, run_check
 
 

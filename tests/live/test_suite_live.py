@@ -63,6 +63,7 @@ def test_findings_about_the_gateway_are_reported_as_they_are(report: dict[str, A
     assert checks[("model.unknown", "tiny")]["details"]["status"] == 400
     assert "400" in checks[("model.unknown", "tiny")]["details"]["finding"]
     assert report["layouts"]["v1"] is True and report["layouts"]["bare"] is True and report["layouts"]["v1v1"] is False
+    assert checks[("url.layout", "tiny")]["details"]["failed_layouts"]["v1v1"] == "HTTP 404, fastapi error shape"
     # transformers serve generates on one thread: either the check sees it, or the machine was fast enough.
     assert outcome(report, "chat.concurrency", "tiny") in {("passed", None), ("failed", "concurrency")}
     # The tiny model cannot call tools; it answers with text, which the check reports as a skip.
