@@ -79,7 +79,7 @@ class StreamError(AssertionError):
         self.error = error
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # created once per event on the hot path: slots, and no frozen __setattr__ detour
 class SSEEvent:
     """One dispatched event. ``offset``/``line`` locate its first field line in the byte stream."""
 
@@ -555,7 +555,7 @@ class StreamAssembler:
             if res.error is None:
                 res.error, res.error_event = payload, event
             return None
-        if self.validate:
+        if self.validate and not (self.level == "compatible" and is_plain_delta(payload)):
             try:
                 for note in contracts.validate("chat_completion_chunk", payload, self.level):
                     self._warn(note)
@@ -624,6 +624,44 @@ def _loads_or_text(data: str) -> Any:
         return json.loads(data)
     except ValueError:
         return data
+
+
+_PLAIN_TOP = frozenset({"id", "object", "created", "model", "system_fingerprint", "service_tier", "choices", "usage"})
+_PLAIN_CHOICE = frozenset({"index", "delta", "finish_reason", "logprobs"})
+_OPTIONAL_TEXT = (str, type(None))
+
+
+def is_plain_delta(payload: Any) -> bool:
+    """True for the common chunk that carries one text delta and nothing else.
+
+    A strict subset of what the ``compatible`` chunk contract accepts without a warning (a test
+    checks it against the schema over every recorded chunk), so the hot path can skip the schema for
+    the thousands of such chunks a stream holds; anything unusual still goes through it.
+    """
+    if type(payload) is not dict or payload.get("object") != "chat.completion.chunk" or not payload.keys() <= _PLAIN_TOP:
+        return False
+    created = payload.get("created")
+    if created is not None and (type(created) is not int or not 0 <= created < 10**11):
+        return False
+    if payload.get("usage") is not None or not all(
+        isinstance(payload.get(k), _OPTIONAL_TEXT) for k in ("id", "model", "system_fingerprint", "service_tier")
+    ):
+        return False
+    choices = payload.get("choices")
+    if type(choices) is not list or len(choices) != 1:
+        return False
+    choice = choices[0]
+    if type(choice) is not dict or not choice.keys() <= _PLAIN_CHOICE:
+        return False
+    index, delta = choice.get("index"), choice.get("delta")
+    if type(index) is not int or index < 0 or choice.get("finish_reason") is not None or choice.get("logprobs") is not None:
+        return False
+    return (
+        type(delta) is dict
+        and delta.keys() <= {"content", "role"}
+        and type(delta.get("content")) is str
+        and delta.get("role", "assistant") == "assistant"
+    )
 
 
 def _is_error(payload: Any) -> bool:

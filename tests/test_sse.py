@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 from collections.abc import AsyncIterator, Iterator
@@ -430,3 +431,55 @@ def test_works_on_an_httpx_streamed_response() -> None:
         result = assemble(response.iter_bytes())
     assert result.finish_reasons == {0: "tool_calls"}
     assert result.message()["tool_calls"][0]["function"]["name"] == "get_something_by_name"
+
+
+# --- the fast path for plain text deltas is a subset of the contract -------------------------------
+
+def _recorded_chunks() -> list[Any]:
+    from pytest_taotoken.sse import parse_events
+
+    chunks: list[Any] = []
+    for path in sorted(FILES.iterdir()):
+        if path.suffix == ".jsonl":
+            lines = path.read_text(encoding="utf-8").splitlines()
+        elif path.suffix == ".sse":
+            lines = [e.data for e in parse_events(path.read_bytes()) if not e.is_done]
+        else:
+            continue
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                chunks.append(json.loads(line))
+    return chunks
+
+
+def _accepted_without_warning(chunk: Any) -> bool:
+    try:
+        return contracts.validate("chat_completion_chunk", chunk) == []
+    except ContractViolation:
+        return False
+
+
+def test_plain_delta_fast_path_only_takes_chunks_the_contract_accepts() -> None:
+    from pytest_taotoken.sse import is_plain_delta
+
+    chunks = _recorded_chunks()
+    plain = [c for c in chunks if is_plain_delta(c)]
+    assert len(chunks) > 1000 and len(plain) > 300  # the fast path is the common case
+    assert all(_accepted_without_warning(c) for c in plain)
+
+
+_values = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**12), st.text(max_size=5), st.just([]), st.just({}))
+
+
+@given(st.fixed_dictionaries(
+    {"id": _values, "object": st.sampled_from(["chat.completion.chunk", "chat.completion", ""]), "created": _values,
+     "model": _values, "choices": st.lists(st.fixed_dictionaries(
+         {"index": _values, "delta": st.one_of(_values, st.fixed_dictionaries(
+             {"content": _values}, optional={"role": st.sampled_from(["assistant", "user", None])})),
+          "finish_reason": _values}), max_size=2)},
+    optional={"usage": _values, "system_fingerprint": _values, "extra": _values}))
+def test_plain_delta_fast_path_property(chunk: dict[str, Any]) -> None:
+    from pytest_taotoken.sse import is_plain_delta
+
+    if is_plain_delta(chunk):
+        assert _accepted_without_warning(chunk), chunk
