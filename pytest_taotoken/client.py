@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,6 +152,8 @@ class TaoTokenClient(_RetryMixin, httpx.Client):
             read = not kwargs.get("stream") or (response.status_code >= 400 and not self._expects_error(request))
             if read:
                 response.read()
+            elif not self._expects_error(request):
+                response.stream = _DiagnosedStream(response.stream, request, self.settings, log, _idle_watch(response))
             self._finish(request, response, log, read=read)
             return response
 
@@ -198,6 +200,9 @@ class TaoTokenAsyncClient(_RetryMixin, httpx.AsyncClient):
             read = not kwargs.get("stream") or (response.status_code >= 400 and not self._expects_error(request))
             if read:
                 await response.aread()
+            elif not self._expects_error(request):
+                response.stream = _DiagnosedAsyncStream(response.stream, request, self.settings, log,
+                                                        _idle_watch(response))
             self._finish(request, response, log, read=read)
             return response
 
@@ -205,6 +210,95 @@ class TaoTokenAsyncClient(_RetryMixin, httpx.AsyncClient):
         log.waits.append(seconds)
         if self.sleep_enabled and seconds > 0:
             await asyncio.sleep(seconds)
+
+
+_DIAGNOSED_TYPES: dict[type[httpx.TransportError], type[ExchangeFailed]] = {}
+
+
+def _diagnosed_type(cls: type[httpx.TransportError]) -> type[ExchangeFailed]:
+    """An ``ExchangeFailed`` that is also the httpx error it stands for (same name): pytest shows the diagnosis,
+    and code that catches ``httpx.TransportError`` mid-stream (a retry loop) still catches it."""
+    found = _DIAGNOSED_TYPES.get(cls)
+    if found is None:
+        found = _DIAGNOSED_TYPES[cls] = type(cls.__name__, (ExchangeFailed, cls), {"__module__": ExchangeFailed.__module__})
+    return found
+
+
+def _stream_failure(exc: httpx.TransportError, request: httpx.Request, settings: Settings,
+                    log: RetryLog) -> ExchangeFailed:
+    failure = _diagnose_exception(request, exc, settings, log)
+    both = _diagnosed_type(type(exc))(str(failure), diagnosis=failure.diagnosis)
+    both.request = request  # type: ignore[attr-defined]  # httpx's errors carry the request
+    return both
+
+
+class _IdleWatch:
+    """Ends an event stream that sends only keep-alive comments for longer than the timeout.
+
+    Each comment resets httpx's read timeout, so a gateway that sends ``: keep-alive`` while the model never
+    answers would otherwise hold the stream, and the run, open forever.
+    """
+
+    def __init__(self, timeout: float, request: httpx.Request) -> None:
+        from .sse import SSEParser
+
+        self._parser = SSEParser()
+        self._timeout, self._request = timeout, request
+        self._last = time.monotonic()
+
+    def feed(self, chunk: bytes) -> None:
+        if self._parser.feed(chunk):
+            self._last = time.monotonic()
+        elif time.monotonic() - self._last > self._timeout:
+            raise httpx.ReadTimeout(f"no event for {self._timeout:g} s, only keep-alive comments", request=self._request)
+
+
+def _idle_watch(response: httpx.Response) -> _IdleWatch | None:
+    if "text/event-stream" not in response.headers.get("content-type", ""):
+        return None
+    timeout = response.request.extensions.get("timeout", {}).get("read")
+    return _IdleWatch(float(timeout), response.request) if isinstance(timeout, (int, float)) else None
+
+
+class _DiagnosedStream(httpx.SyncByteStream):
+    """A streamed body whose transport errors (a stall past the timeout, a reset mid-stream, keep-alives and
+    nothing else) raise the diagnosis, as every other failed exchange does, instead of a bare httpx error."""
+
+    def __init__(self, inner: Any, request: httpx.Request, settings: Settings, log: RetryLog,
+                 idle: _IdleWatch | None = None) -> None:
+        self._inner, self._request, self._settings, self._log, self._idle = inner, request, settings, log, idle
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            for chunk in self._inner:
+                if self._idle is not None:
+                    self._idle.feed(chunk)
+                yield chunk
+        except httpx.TransportError as exc:
+            raise _stream_failure(exc, self._request, self._settings, self._log) from exc
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _DiagnosedAsyncStream(httpx.AsyncByteStream):
+    """The async twin of :class:`_DiagnosedStream`."""
+
+    def __init__(self, inner: Any, request: httpx.Request, settings: Settings, log: RetryLog,
+                 idle: _IdleWatch | None = None) -> None:
+        self._inner, self._request, self._settings, self._log, self._idle = inner, request, settings, log, idle
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._inner:
+                if self._idle is not None:
+                    self._idle.feed(chunk)
+                yield chunk
+        except httpx.TransportError as exc:
+            raise _stream_failure(exc, self._request, self._settings, self._log) from exc
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 def _retryable_exc(exc: httpx.TransportError) -> bool:

@@ -321,7 +321,8 @@ def _gather(request: httpx.Request | None, response: httpx.Response | None, sett
             retry_log: RetryLog | None) -> _Exchange:
     ex = _Exchange(request, response, settings, retry_log)
     if response is not None:
-        ex.body = _read_body(response)
+        # Masked before anything is cut from it: a key cut in half would escape the masking.
+        ex.body = ex.mask(_read_body(response))
         if ex.body.lstrip().startswith(("{", "[")):
             try:
                 ex.payload = json.loads(ex.body)

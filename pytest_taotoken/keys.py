@@ -34,6 +34,9 @@ _PLACEHOLDER_RE = re.compile(
 )
 
 
+_ESCAPED_END_RE = re.compile(r"(?:\\[nrt])+\s*$")
+
+
 def mask_key(key: str | None) -> str:
     """``sk-…1a2b``; ``(unset)`` for no key. Short keys show nothing of themselves."""
     if not key:
@@ -57,6 +60,19 @@ def clean_key(raw: str, *, source: str = "the key") -> tuple[str, list[Finding]]
     """Strip what users paste around a key (whitespace, newline, quotes, ``Bearer``) with a finding each."""
     findings: list[Finding] = []
     key = raw
+    escaped = _ESCAPED_END_RE.search(key)
+    if escaped:  # keys never hold a backslash: this is an escape copied from JSON or an `echo`
+        findings.append(
+            Finding(
+                "key.whitespace",
+                "warning",
+                f"the key in {source} ends in a literal '{escaped.group(0).strip()}' (a backslash escape copied from a"
+                " JSON string or an echo); the server would see a different key and answer 401",
+                f"remove it where {source} is set",
+                source=source,
+            )
+        )
+        key = key[: escaped.start()]
     if key != key.strip():
         what = "a newline" if ("\n" in key or "\r" in key) else "surrounding whitespace"
         findings.append(
@@ -129,7 +145,8 @@ class Redactor:
         if pattern is None:
             with self._lock:
                 alts = sorted(self._secrets, key=len, reverse=True)
-                pattern = self._pattern = re.compile("|".join(re.escape(s) for s in alts))
+                # Any case: hosts are lowercased, so a key pasted as a base URL comes back lowercased.
+                pattern = self._pattern = re.compile("|".join(re.escape(s) for s in alts), re.IGNORECASE)
         if replacement is not None:
             return pattern.sub(replacement, text)
         return pattern.sub(lambda m: mask_key(m.group(0)), text)

@@ -90,6 +90,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "taotoken_cassette(name): share the cassette `name` between tests")
     try:
         config.stash[SETTINGS_KEY] = _resolve(config)
+        if config.stash[SETTINGS_KEY].talks_to_endpoint:
+            from .client import check_transport_security
+
+            check_transport_security(config.stash[SETTINGS_KEY])  # refuse a key over http:// before any test
     except ConfigError as exc:
         if not config.getoption("taotoken_doctor"):
             raise pytest.UsageError(f"taotoken: {exc}") from None

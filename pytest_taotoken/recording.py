@@ -271,11 +271,10 @@ class RecordingPlugin:
         return session
 
     # hooks --------------------------------------------------------------------------------------
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, object, object]:
+    @pytest.hookimpl(tryfirst=True)  # inside every wrapper (logging's too), before the fixtures are set up
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
         if self.wants(item):
             self.activate(item)
-        return (yield)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item,

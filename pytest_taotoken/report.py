@@ -18,7 +18,7 @@ import pytest
 from ._atomic import atomic_write_text
 from .keys import REDACTOR, mask_key, redact
 from .settings import Settings
-from .suite.runner import PROPERTY
+from .suite import PROPERTY
 from .urls import client_base_urls, display_url
 
 SCHEMA_VERSION = 1
@@ -76,6 +76,20 @@ def redact_report(report: pytest.TestReport) -> None:
         if clean != text:
             report.longrepr = clean
     report.sections = [(name, redact(content)) for name, content in report.sections]
+    report.user_properties = [(name, _redact_value(value)) for name, value in report.user_properties]
+
+
+def _redact_value(value: Any) -> Any:
+    """``value`` with every string in it redacted (user properties end up in JUnit XML)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {_redact_value(k): _redact_value(v) for k, v in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+        return type(value)(*(_redact_value(v) for v in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_redact_value(v) for v in value)
+    return value
 
 
 @dataclass(eq=False)  # plugins must stay hashable for pluggy

@@ -40,7 +40,11 @@ _MILLISECONDS_AFTER: Final = 10**11  # year 5138 in seconds; 1973 in millisecond
 
 
 def cut(text: str, limit: int) -> str:
-    """``text`` on one line, at most ``limit`` characters, with an ellipsis where it was cut."""
+    """``text`` on one line, at most ``limit`` characters, with an ellipsis where it was cut.
+
+    Known secrets are masked first: a key cut in half would escape the masking of the whole message.
+    """
+    text = redact(text)
     text = " ".join(text.split()) if "\n" in text or "\r" in text else text
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

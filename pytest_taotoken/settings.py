@@ -20,7 +20,7 @@ from typing import Any, Literal
 from .errors import ConfigError
 from .findings import Finding
 from .keys import clean_key, mask_key, register_secret
-from .urls import DEFAULT_BASE_URL, normalize_base_url
+from .urls import DEFAULT_BASE_URL, display_url, normalize_base_url
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -92,7 +92,7 @@ class Settings:
 
     def __repr__(self) -> str:
         return (
-            f"Settings(mode={self.mode!r}, api_root={self.api_root!r}, key={mask_key(self.api_key)!r}"
+            f"Settings(mode={self.mode!r}, api_root={display_url(self.api_root)!r}, key={mask_key(self.api_key)!r}"
             f" ({self.sources.get('api_key', '-')}), models={self.models!r}, timeout={self.timeout})"
         )
 
@@ -120,7 +120,7 @@ class Settings:
             return f"{name}={value} ({self.source(name)})"
 
         key = f"key={self.masked_key} ({self.sources.get('api_key', self.key_env + ' unset')})"
-        first = [f"mode={self.mode}", item("base_url", self.base_url), key]
+        first = [f"mode={self.mode}", item("base_url", display_url(self.base_url)), key]
         for name in ("sample_model", "eval_model"):
             if getattr(self, name):
                 first.append(item(name, getattr(self, name)))

@@ -21,6 +21,9 @@ DEFAULT_BASE_URL = "https://taotoken.net/api"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _ENDPOINT_SUFFIXES = ("/chat/completions", "/completions", "/models", "/embeddings", "/responses")
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+_TRAILING_RE = re.compile(r"[/\s]+$")  # slashes and any whitespace (unicode too: strip() would take it later)
+_USERINFO_LIKE_RE = re.compile(r"(^|[/\\\s])([^/\\\s:@]*):([^/\\\s@]*)@")
+_BROKEN_HTTP_SCHEME_RE = re.compile(r"^https?(?::(?!//)|[;/\\]|//)", re.IGNORECASE)  # https:/x, https//x, http;//x
 
 
 @dataclass(frozen=True)
@@ -39,16 +42,20 @@ class NormalizedURL:
 
 
 def display_url(url: str) -> str:
-    """The URL with any password in its userinfo masked, for messages."""
+    """The URL with any password in its userinfo masked, for messages.
+
+    Malformed values are masked too (``user:pass@host`` without a scheme, ``https:/user:pass@host``,
+    ``user:pass@`` that a typo moved into the path): whatever looks like ``name:password@`` loses its password.
+    """
     try:
         parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        netloc = parts.netloc.rsplit("@", 1)[1]
-        user = parts.username or ""
-        return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+        if parts.password is not None:
+            netloc = parts.netloc.rsplit("@", 1)[1]
+            user = parts.username or ""
+            url = urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
     except ValueError:
         return "<unparseable URL>"
+    return _USERINFO_LIKE_RE.sub(lambda m: f"{m.group(1)}{m.group(2)}:***@", url)
 
 
 def is_loopback(host: str) -> bool:
@@ -90,6 +97,13 @@ def normalize_base_url(raw: str, *, source: str | None = None) -> NormalizedURL:
         )
     if not text:
         raise _fail(raw, "is empty", f"set it to the gateway's API root, e.g. {DEFAULT_BASE_URL}", source)
+    bad = next((i for i, ch in enumerate(text) if ord(ch) < 0x20 or ord(ch) == 0x7F), None)
+    if bad is not None:
+        raise _fail(raw, f"has a control character ({text[bad]!r}) at position {bad + 1}",
+                    "remove it where the value is set (it was probably pasted along with the URL)", source)
+    if _BROKEN_HTTP_SCHEME_RE.match(text):
+        raise _fail(raw, "has a malformed scheme (write 'https://' with a colon and two slashes)",
+                    "write the scheme as https://, e.g. https://taotoken.net/api", source)
     if not _SCHEME_RE.match(text):
         if text.startswith("//"):
             text = text[2:]
@@ -119,13 +133,27 @@ def normalize_base_url(raw: str, *, source: str | None = None) -> NormalizedURL:
     if any(ch.isspace() for ch in host) or any(ch in host for ch in "/\\?#@"):
         raise _fail(raw, "has an invalid host", "check the host part of the URL for typos", source)
     if parts.query:
+        # Names only: a query may carry a key (``?key=...``), and a value cut short would escape redaction.
+        names = "&".join(f"{display_url(p.split('=', 1)[0])[:20]}=…" if "=" in p else "…"
+                         for p in parts.query.split("&")[:4])
         findings.append(
             _finding(
                 "base_url.query",
                 "warning",
-                f"the base URL carries a query string ('?{parts.query[:40]}'), e.g. a tracking tail pasted from a browser;"
+                f"the base URL carries a query string ('?{names}'), e.g. a tracking tail pasted from a browser;"
                 " clients would append paths after it and break the request",
                 "drop everything from '?' on",
+                source,
+            )
+        )
+    if parts.password is not None:
+        findings.append(
+            _finding(
+                "base_url.userinfo",
+                "warning",
+                f"the base URL carries a password in its userinfo (…:***@{host[:80]}): httpx sends it as Basic auth in place"
+                " of the key's Bearer header, so the key is never sent",
+                "remove 'user:password@' from the base URL; the key belongs in the environment variable",
                 source,
             )
         )
@@ -133,14 +161,14 @@ def normalize_base_url(raw: str, *, source: str | None = None) -> NormalizedURL:
         findings.append(
             _finding("base_url.fragment", "warning", "the base URL carries a '#' fragment", "drop everything from '#' on", source)
         )
-    path = re.sub(r"/{2,}", "/", parts.path).rstrip("/")
+    path = _TRAILING_RE.sub("", re.sub(r"/{2,}", "/", parts.path))  # a blank before '?' is a paste slip
     stripped: list[str] = []
     while True:
         lowered = path.lower()
         for suffix in (*_ENDPOINT_SUFFIXES, "/v1"):
             if lowered.endswith(suffix):
                 stripped.append(path[-len(suffix):])
-                path = path[: -len(suffix)].rstrip("/")
+                path = _TRAILING_RE.sub("", path[: -len(suffix)])
                 break
         else:
             break
@@ -185,7 +213,23 @@ def normalize_base_url(raw: str, *, source: str | None = None) -> NormalizedURL:
     if "@" in parts.netloc:
         netloc = parts.netloc.rsplit("@", 1)[0] + "@" + netloc
     root = urlunsplit(SplitResult(scheme, netloc, path, "", ""))
+    _check_httpx_accepts(raw, root, hostname, source)
     return NormalizedURL(root, tuple(findings))
+
+
+def _check_httpx_accepts(raw: str, root: str, host: str, source: str | None) -> None:
+    """Refuse a host that urlsplit takes but httpx will not send to (invalid IDNA such as 'ſ' or a zero-width
+    joiner, an IPv4 address above 255, a bad IPv6 literal), so that it fails at start-up with the fix, not
+    at the first request. httpx is imported only for such hosts: plain ASCII names cost nothing."""
+    if host.isascii() and not re.fullmatch(r"[0-9.]+|\[.*\]", host):
+        return
+    import httpx
+
+    try:
+        httpx.URL(root)
+    except (httpx.InvalidURL, ValueError, UnicodeError) as exc:
+        raise _fail(raw, f"has a host that cannot be used ({str(exc)[:120]})",
+                    "check the host for typos; give an internationalised host in its xn-- (punycode) form", source) from None
 
 
 def join(root: str, path: str) -> str:

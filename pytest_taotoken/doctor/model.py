@@ -100,7 +100,7 @@ class ConfigValue:
 
     def finding(self, code: str, severity: Literal["error", "warning"], message: str, fix: str) -> Finding:
         """A finding located at this value."""
-        return Finding(code, severity, redact(message), redact(fix), source=self.source,
+        return Finding(code, severity, redact(message), redact(fix), source=redact(self.source),
                        file=self.file, line=self.line, column=self.column)
 
     def to_dict(self) -> dict[str, Any]:

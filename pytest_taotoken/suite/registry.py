@@ -44,7 +44,10 @@ class CheckFailed(AssertionError):
 
 def check(check_id: str, *, opt_in: str | None = None) -> Callable[[CheckFn], CheckFn]:
     def register(fn: CheckFn) -> CheckFn:
-        if check_id in CHECKS:
+        existing = CHECKS.get(check_id)
+        # The same function registering again is its module being re-imported (pytester restores
+        # sys.modules between in-process runs): it replaces itself. Another function is a clash.
+        if existing is not None and (existing.fn.__module__, existing.fn.__qualname__) != (fn.__module__, fn.__qualname__):
             raise ValueError(f"duplicate check id {check_id!r}")
         CHECKS[check_id] = Check(check_id, fn, (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "", opt_in)
         return fn

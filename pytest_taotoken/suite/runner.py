@@ -57,20 +57,24 @@ def run_check(request: pytest.FixtureRequest, settings: Settings, check: str, mo
     require_key(settings)
     fn = CHECKS[check].fn
     skipped: BaseException | None = None
-    with _cassette(request, settings, check, model), build_client(settings) as client:
-        ctx = CheckContext(check, model, settings, client, suite_options(request.config))
-        try:
-            fn(ctx)
-        except pytest.skip.Exception as exc:
-            skipped = exc  # a verdict reached after real exchanges: the recording is kept
-        finally:
-            request.node.user_properties.append((PROPERTY, {
-                "check": check,
-                "model": model,
-                "details": ctx.details,
-                "tokens": ctx.tokens,
-                "requests": client.stats.requests + ctx.extra_requests,
-                "retries": client.stats.retries,
-            }))
+    ctx: CheckContext | None = None
+    client = None
+    try:  # the report entry is written whatever happens, a corrupt cassette included
+        with _cassette(request, settings, check, model), build_client(settings) as client:
+            ctx = CheckContext(check, model, settings, client, suite_options(request.config))
+            try:
+                fn(ctx)
+            except pytest.skip.Exception as exc:
+                skipped = exc  # a verdict reached after real exchanges: the recording is kept
+    finally:
+        request.node.user_properties.append((PROPERTY, {
+            "check": check,
+            "model": model,
+            "details": ctx.details if ctx is not None else {},
+            "tokens": ctx.tokens if ctx is not None else {"prompt": 0, "completion": 0},
+            "requests": (client.stats.requests if client is not None else 0)
+            + (ctx.extra_requests if ctx is not None else 0),
+            "retries": client.stats.retries if client is not None else 0,
+        }))
     if skipped is not None:
         raise skipped
