@@ -106,6 +106,31 @@ class _RetryMixin:
     def _expects_error(self, request: httpx.Request) -> bool:
         return bool(request.extensions.get(EXPECT_ERROR))
 
+    def _after_error(self, request: httpx.Request, exc: httpx.TransportError, log: RetryLog) -> float:
+        """The wait before the next attempt; raises when the error ends the exchange (diagnosed)."""
+        log.statuses.append(None)
+        decision = decide(None, {}, log.attempts - 1, self.settings.max_retries) if _retryable_exc(exc) else None
+        if decision is not None and decision.retry:
+            return decision.wait
+        log.stop_reason = decision.reason if decision else ""
+        self.stats.add(log)
+        if self._expects_error(request):
+            raise exc
+        raise _diagnose_exception(request, exc, self.settings, log) from exc
+
+    def _after_response(self, response: httpx.Response, log: RetryLog) -> float | None:
+        """The wait before retrying, or None when this response is the answer."""
+        log.statuses.append(response.status_code)
+        decision = decide(response.status_code, response.headers, log.attempts - 1, self.settings.max_retries)
+        if decision.retry:
+            return decision.wait
+        log.stop_reason = decision.reason
+        return None
+
+    def _must_read(self, request: httpx.Request, response: httpx.Response, kwargs: dict[str, Any]) -> bool:
+        """A streamed reply is read (and diagnosed) only when it failed: a good stream is the caller's."""
+        return not kwargs.get("stream") or (response.status_code >= 400 and not self._expects_error(request))
+
     def _finish(self, request: httpx.Request, response: httpx.Response, log: RetryLog, *, read: bool) -> None:
         response.extensions[RETRY_LOG] = log  # type: ignore[index]
         self.stats.add(log)
@@ -131,25 +156,14 @@ class TaoTokenClient(_RetryMixin, httpx.Client):
             try:
                 response = super().send(request, **kwargs)
             except httpx.TransportError as exc:
-                log.statuses.append(None)
-                decision = decide(None, {}, log.attempts - 1, self.settings.max_retries) if _retryable_exc(exc) else None
-                if decision is not None and decision.retry:
-                    self._wait(log, decision.wait)
-                    continue
-                log.stop_reason = decision.reason if decision else ""
-                self.stats.add(log)
-                if self._expects_error(request):
-                    raise
-                raise _diagnose_exception(request, exc, self.settings, log) from exc
-            log.statuses.append(response.status_code)
-            decision = decide(response.status_code, response.headers, log.attempts - 1, self.settings.max_retries)
-            if decision.retry:
-                response.close()
-                self._wait(log, decision.wait)
+                self._wait(log, self._after_error(request, exc, log))
                 continue
-            log.stop_reason = decision.reason
-            # A streamed reply is diagnosed only when it failed: a good stream is the caller's to read.
-            read = not kwargs.get("stream") or (response.status_code >= 400 and not self._expects_error(request))
+            wait = self._after_response(response, log)
+            if wait is not None:
+                response.close()
+                self._wait(log, wait)
+                continue
+            read = self._must_read(request, response, kwargs)
             if read:
                 response.read()
             elif not self._expects_error(request):
@@ -180,24 +194,14 @@ class TaoTokenAsyncClient(_RetryMixin, httpx.AsyncClient):
             try:
                 response = await super().send(request, **kwargs)
             except httpx.TransportError as exc:
-                log.statuses.append(None)
-                decision = decide(None, {}, log.attempts - 1, self.settings.max_retries) if _retryable_exc(exc) else None
-                if decision is not None and decision.retry:
-                    await self._wait(log, decision.wait)
-                    continue
-                log.stop_reason = decision.reason if decision else ""
-                self.stats.add(log)
-                if self._expects_error(request):
-                    raise
-                raise _diagnose_exception(request, exc, self.settings, log) from exc
-            log.statuses.append(response.status_code)
-            decision = decide(response.status_code, response.headers, log.attempts - 1, self.settings.max_retries)
-            if decision.retry:
-                await response.aclose()
-                await self._wait(log, decision.wait)
+                await self._wait(log, self._after_error(request, exc, log))
                 continue
-            log.stop_reason = decision.reason
-            read = not kwargs.get("stream") or (response.status_code >= 400 and not self._expects_error(request))
+            wait = self._after_response(response, log)
+            if wait is not None:
+                await response.aclose()
+                await self._wait(log, wait)
+                continue
+            read = self._must_read(request, response, kwargs)
             if read:
                 await response.aread()
             elif not self._expects_error(request):
