@@ -24,8 +24,8 @@ _EXPORTS = {
     "CassetteError": "errors",
     "ContractViolation": "errors",
     "ExchangeFailed": "errors",
-    "diagnose": "diagnose",
-    "Diagnosis": "diagnose",
+    "diagnose": "diagnosis",
+    "Diagnosis": "diagnosis",
 }
 
 __all__ = sorted(_EXPORTS)

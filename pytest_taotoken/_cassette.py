@@ -60,7 +60,11 @@ class CassetteLocked(CassetteError, AssertionError):
     """Another process kept the cassette locked for the whole wait; nothing was written."""
 
 
-for _cls in (CassetteCorrupt, MissingRecording, CassetteLocked):
+class CassetteUnwritable(CassetteError, AssertionError):
+    """The cassette's folder cannot be created; nothing was written."""
+
+
+for _cls in (CassetteCorrupt, MissingRecording, CassetteLocked, CassetteUnwritable):
     _cls.__module__ = "pytest_taotoken.recording"  # where users import them from
 
 
@@ -377,8 +381,14 @@ def write(path: Path, interactions: Sequence[Interaction], *, owner: str | None 
     Returns the number of interactions in the file. Raises :class:`CassetteLocked` when another process
     holds the lock for the whole wait.
     """
-    os.makedirs(path.parent, exist_ok=True)
     shown = display or str(path)
+    try:
+        os.makedirs(path.parent, exist_ok=True)
+    except OSError as exc:
+        raise CassetteUnwritable(
+            f"taotoken: cassette {shown} was not written: its folder cannot be created ({exc.strerror or exc})."
+            " Fix: point --taotoken-cassette-dir (or ini taotoken_cassette_dir) at a writable folder"
+        ) from None
     try:
         with locked(path, owner or "", wait=lock_wait):
             _remove_leftovers(path)

@@ -106,10 +106,6 @@ def deactivate(recorder: Recorder) -> None:
             _uninstall()
 
 
-def is_active(recorder: Recorder) -> bool:
-    return any(r is recorder for r in _STACK)
-
-
 # -- streams ---------------------------------------------------------------------------------------
 
 class _ReplayStream:

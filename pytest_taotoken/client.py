@@ -69,7 +69,8 @@ def check_transport_security(settings: Settings) -> None:
 
 
 def _client_kwargs(settings: Settings, kwargs: dict[str, Any]) -> dict[str, Any]:
-    check_transport_security(settings)
+    if settings.talks_to_endpoint:  # replay sends nothing over the network
+        check_transport_security(settings)
     headers = _headers(settings)
     headers.update(kwargs.pop("headers", None) or {})
     return {
@@ -81,13 +82,13 @@ def _client_kwargs(settings: Settings, kwargs: dict[str, Any]) -> dict[str, Any]
 
 
 def _diagnose_response(response: httpx.Response, settings: Settings, log: RetryLog) -> None:
-    from .diagnose import check_response
+    from .diagnosis import check_response
 
     check_response(response, settings, retry_log=log)
 
 
 def _diagnose_exception(request: httpx.Request, exc: Exception, settings: Settings, log: RetryLog) -> ExchangeFailed:
-    from .diagnose import failure_for_exception
+    from .diagnosis import failure_for_exception
 
     return failure_for_exception(request, exc, settings, retry_log=log)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import pytest
@@ -84,10 +84,28 @@ def _resolve(config: pytest.Config) -> Settings:
                             mode=_mode(config), allow_http=bool(config.getoption("taotoken_allow_http")))
 
 
+def _check_suite_options(config: pytest.Config) -> None:
+    """The suite's own flags: one clean line naming the flag and the fix, before anything runs."""
+    if config.getoption("taotoken_live") and config.getoption("taotoken_record"):
+        raise pytest.UsageError("taotoken: --taotoken-live and --taotoken-record were both given. Fix: pass"
+                                " --taotoken-record to rewrite cassettes, or --taotoken-live to write none")
+    checks: list[tuple[str, float, Callable[[float], bool], str]] = [
+        ("--taotoken-burst", config.getoption("taotoken_burst"), lambda v: v >= 0, "give 0 (off) or a number of requests"),
+        ("--taotoken-concurrency-ratio", config.getoption("taotoken_concurrency_ratio"), lambda v: v > 0,
+         "give a ratio above 0, e.g. 2.0"),
+        ("--taotoken-diversity-temperature", config.getoption("taotoken_diversity_temperature"), lambda v: 0 < v <= 2,
+         "give a temperature above 0 and at most 2, e.g. 0.8"),
+    ]
+    for flag, value, ok, fix in checks:
+        if not ok(value):
+            raise pytest.UsageError(f"taotoken: {flag}={value} is out of range. Fix: {fix}")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "taotoken_live: this test talks to the endpoint (replayed from its cassette "
                             "by default, real with --taotoken-live/--taotoken-record)")
     config.addinivalue_line("markers", "taotoken_cassette(name): share the cassette `name` between tests")
+    _check_suite_options(config)
     try:
         config.stash[SETTINGS_KEY] = _resolve(config)
         if config.stash[SETTINGS_KEY].talks_to_endpoint:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,8 +194,22 @@ class ReportPlugin:
             return
         if self.path:
             text = redact(json.dumps(self.build(), indent=2, sort_keys=False, default=str)) + "\n"
-            atomic_write_text(self.path, text)
+            try:
+                atomic_write_text(self.path, text)
+            except OSError as exc:
+                self._cannot_write(session, f"the report {self.path}", exc, "give --taotoken-report a writable path")
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary and self.checks:
-            with open(summary, "a", encoding="utf-8") as fh:
-                fh.write(self.markdown())
+            try:
+                with open(summary, "a", encoding="utf-8") as fh:
+                    fh.write(self.markdown())
+            except OSError as exc:
+                self._cannot_write(session, f"GITHUB_STEP_SUMMARY ({summary})", exc,
+                                   "point GITHUB_STEP_SUMMARY at a writable file, or unset it")
+
+    @staticmethod
+    def _cannot_write(session: pytest.Session, what: str, exc: OSError, fix: str) -> None:
+        """One line, and a failed run: a missing report must not pass silently, nor end in a traceback."""
+        sys.stderr.write(f"taotoken: cannot write {what}: {exc.strerror or exc}. Fix: {fix}\n")
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR

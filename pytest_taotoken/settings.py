@@ -130,7 +130,7 @@ class Settings:
                 item("cassette_dir", self.cassette_dir)]
         lines.append("taotoken: " + " ".join(rest))
         if self.api_root != self.base_url:
-            lines.append(f"taotoken: api_root={self.api_root}")
+            lines.append(f"taotoken: api_root={display_url(self.api_root)}")
         for name in self.empty_env:
             lines.append(f"taotoken: {name} is set but empty; treated as unset")
         for f in self.findings:
@@ -145,7 +145,7 @@ def _read_config(path: str | Path, source: str) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(
             f"config file {path} (from {source}) cannot be read: {exc.strerror or exc}."
-            " Fix: check the path passed to --taotoken-config",
+            f" Fix: check the path given by {source}",
             field="config", source=source,
         ) from None
     except tomllib.TOMLDecodeError as exc:
@@ -211,6 +211,19 @@ class _Resolver:
         return spec.default, "default"
 
 
+def _url_secrets(url: str) -> list[str]:
+    """A password in the URL's userinfo and the values of its query: never to be printed."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+        secrets = [parts.password or ""]
+    except ValueError:
+        return []
+    secrets += [value for _, value in parse_qsl(parts.query)]
+    return [s for s in secrets if len(s) >= 8]
+
+
 def _bad(spec: FieldSpec, value: Any, source: str, why: str) -> ConfigError:
     return ConfigError(f"{spec.name}={value!r} (from {source}) {why}. Fix: {spec.fix}", field=spec.name, source=source)
 
@@ -264,6 +277,7 @@ def resolve_settings(
     findings: list[Finding] = []
     normalized = normalize_base_url(str(values["base_url"]), source=sources["base_url"])
     findings.extend(normalized.findings)
+    register_secret(*_url_secrets(normalized.root), *_url_secrets(str(values["base_url"])))
 
     key_env = str(values["key_env"]).strip()
     if not key_env or not key_env.replace("_", "").isalnum():

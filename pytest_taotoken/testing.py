@@ -41,7 +41,8 @@ __all__ = ["DEFAULT_MODELS", "SCENARIOS", "FakeGateway", "RecordedRequest", "Sce
 #: Every scenario, with what it does. Streams scenarios only change ``stream: true`` chat requests.
 SCENARIOS: dict[str, str] = {
     "ok": "valid replies: random at temperature > 0, repeatable at 0 or with a seed; n choices; tools; streams"
-          " with include_usage; X-RL-Version echoed; unknown model -> 404, missing/wrong key -> 401",
+          " with include_usage; X-RL-Version echoed; unknown model -> 404, missing key -> 401"
+          " (a wrong key too when api_key= is given)",
     "deterministic": "like ok, but the same text whatever the temperature or seed",
     "drop_headers": "like ok, but custom request headers (X-RL-Version) are not echoed",
     "serial": "like ok, but one request at a time (latency at least 0.05 s), so parallel sampling gets no speed-up",

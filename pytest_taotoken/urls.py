@@ -42,7 +42,7 @@ class NormalizedURL:
 
 
 def display_url(url: str) -> str:
-    """The URL with any password in its userinfo masked, for messages.
+    """The URL with any password in its userinfo and every query value masked, for messages.
 
     Malformed values are masked too (``user:pass@host`` without a scheme, ``https:/user:pass@host``,
     ``user:pass@`` that a typo moved into the path): whatever looks like ``name:password@`` loses its password.
@@ -53,6 +53,9 @@ def display_url(url: str) -> str:
             netloc = parts.netloc.rsplit("@", 1)[1]
             user = parts.username or ""
             url = urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+        if parts.query:  # ?key=sk-... is how some gateways take a key
+            masked = "&".join(f"{pair.partition('=')[0]}=***" if "=" in pair else "***" for pair in parts.query.split("&"))
+            url = urlunsplit(urlsplit(url)._replace(query=masked))
     except ValueError:
         return "<unparseable URL>"
     return _USERINFO_LIKE_RE.sub(lambda m: f"{m.group(1)}{m.group(2)}:***@", url)

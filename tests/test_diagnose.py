@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from pytest_taotoken import diagnose as diagnose_module
+from pytest_taotoken import diagnosis as diagnose_module
 from pytest_taotoken.client import EXPECT_ERROR, build_client
-from pytest_taotoken.diagnose import CATEGORIES, Diagnosis, check_response, diagnose, proxy_in_force
+from pytest_taotoken.diagnosis import CATEGORIES, Diagnosis, check_response, diagnose, proxy_in_force
 from pytest_taotoken.errors import ContractViolation, ExchangeFailed
 from pytest_taotoken.retry import RetryLog
 from pytest_taotoken.settings import Settings, resolve_settings

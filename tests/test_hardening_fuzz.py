@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_taotoken import contracts, keys
-from pytest_taotoken.diagnose import Diagnosis, diagnose
+from pytest_taotoken.diagnosis import Diagnosis, diagnose
 from pytest_taotoken.errors import CassetteError, ConfigError, ContractViolation
 from pytest_taotoken.settings import resolve_settings
 from pytest_taotoken.sse import StreamError, assemble, iter_events, parse_events

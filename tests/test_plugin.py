@@ -92,6 +92,10 @@ def test_report_header_mode_live(pytester: pytest.Pytester) -> None:
         (["--taotoken-samples=lots"], "ERROR: taotoken: samples='lots' (from --taotoken-samples) is not a whole number*"),
         (["--taotoken-config=nope.toml"], "ERROR: taotoken: config file nope.toml (from --taotoken-config) cannot be read*"),
         (["--taotoken-base-url=ftp://x"], "ERROR: taotoken: base_url (from --taotoken-base-url) uses the scheme 'ftp'*"),
+        (["--taotoken-burst=-5"], "ERROR: taotoken: --taotoken-burst=-5 is out of range. Fix: give 0 (off)*"),
+        (["--taotoken-concurrency-ratio=0"], "ERROR: taotoken: --taotoken-concurrency-ratio=0.0 is out of range*"),
+        (["--taotoken-diversity-temperature=-1"], "ERROR: taotoken: --taotoken-diversity-temperature=-1.0 is out*"),
+        (["--taotoken-live", "--taotoken-record"], "ERROR: taotoken: --taotoken-live and --taotoken-record were both*"),
     ],
 )
 def test_bad_values_stop_pytest_with_a_usage_error(pytester: pytest.Pytester, args: list[str], line: str) -> None:
@@ -177,3 +181,25 @@ def test_missing_or_placeholder_key_fails_in_live_mode(pytester: pytest.Pytester
     result = pytester.runpytest("--taotoken-live")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([line])
+
+
+def test_a_url_password_and_query_values_never_reach_the_header(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_ok(): pass")
+    result = pytester.runpytest("--taotoken-base-url=https://user:Secr3tPassw0rdXYZ@example.com/api/v1?key=sk-qqqqqqqqqqqq1234")
+    text = result.stdout.str()
+    assert "Secr3tPassw0rdXYZ" not in text and "qqqqqqqq" not in text
+    result.stdout.fnmatch_lines(["taotoken: api_root=https://user:***@example.com/api"])
+
+
+def test_replay_never_refuses_a_plain_http_base_url(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replay sends nothing over the network, so an http:// LAN gateway in the shell must not break it."""
+    monkeypatch.setenv("TAOTOKEN_API_KEY", KEY)
+    pytester.makepyfile("def test_it(client): assert client.base_url.scheme == 'http'")
+    pytester.runpytest("--taotoken-base-url=http://10.0.0.5:8000/v1").assert_outcomes(passed=1)
+
+
+def test_the_package_level_diagnose_stays_the_function() -> None:
+    import pytest_taotoken
+    import pytest_taotoken.diagnosis  # importing the module must not shadow the function
+
+    assert callable(pytest_taotoken.diagnose) and pytest_taotoken.diagnose is pytest_taotoken.diagnosis.diagnose

@@ -88,7 +88,7 @@ def test_bad_values_name_field_source_and_fix(cli: dict[str, str], words: str) -
 
 
 def test_unreadable_and_invalid_config_files(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"cannot be read.*Fix: check the path passed to --taotoken-config"):
+    with pytest.raises(ConfigError, match=r"cannot be read.*Fix: check the path given by --taotoken-config"):
         resolve_settings({}, {}, {}, config_path=str(tmp_path / "missing.toml"))
     bad = tmp_path / "bad.toml"
     bad.write_text("[model\nbase_url = 1\n")

@@ -78,6 +78,9 @@ def test_valid_gateways_pass_every_check(pytester: pytest.Pytester, scenario: st
         ("stream_truncated", "chat.stream", "failed", "stream"),
         ("model_not_found", "chat.basic", "failed", "model_not_found"),
         ("fastapi_404", "chat.basic", "failed", "base_url"),
+        ("unauthorized", "url.layout", "failed", "auth"),  # not blamed on the base URL
+        ("html_200", "models.list", "failed", "bad_response"),
+        ("html_200", "chat.tools", "failed", "bad_response"),
     ],
 )
 def test_faulty_gateways_fail_the_right_check(pytester: pytest.Pytester, scenario: str, check: str, outcome: str,
@@ -167,3 +170,13 @@ def test_doctor_findings_go_into_the_json_report(pytester: pytest.Pytester) -> N
     jsonschema.Draft202012Validator(SCHEMA).validate(data)
     codes = {f["code"] for f in data["doctor"]}
     assert "base_url.query" in codes or "base_url.v1_suffix" in codes, codes
+
+
+def test_an_unwritable_report_is_one_line_and_a_failed_run(pytester: pytest.Pytester) -> None:
+    with FakeGateway("ok", api_key=KEY) as gw:
+        result = pytester.runpytest("--taotoken-suite", "--taotoken-live", f"--taotoken-base-url={gw.base_url}",
+                                    f"--taotoken-models={MODEL}", "--taotoken-report=/proc/report.json",
+                                    "-k", "models.list", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["taotoken: cannot write the report /proc/report.json: *. Fix: give --taotoken-report*"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()

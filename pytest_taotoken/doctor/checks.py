@@ -111,7 +111,7 @@ def _client_fit(v: ConfigValue, raw: str, root: str) -> Iterator[Finding]:
         return
     title = CLIENT_TITLES.get(v.client or "", "this client")
     expected = expected_url(root, v.client)
-    shown = v.shown().rstrip("/")
+    shown = v.shown().split("?", 1)[0].split("#", 1)[0].rstrip("/")  # where the client's path really goes
     if not tail:
         yield v.finding(
             "base_url.client_needs_v1", "error",

@@ -37,9 +37,11 @@ def models_list(ctx: CheckContext) -> None:
     response = ctx.client.get("v1/models", extensions={EXPECT_ERROR: True})
     if response.status_code in (404, 405):
         pytest.skip(f"the gateway does not list models (HTTP {response.status_code} on /v1/models)")
-    if response.status_code != 200:
-        ctx.client.get("v1/models")  # raises ExchangeFailed with the diagnosis
-    payload = response.json()
+    payload = _json(response)
+    if response.status_code != 200 or not isinstance(payload, dict):
+        ctx.client.get("v1/models")  # raises ExchangeFailed with the diagnosis (an HTML page: bad_response)
+        raise CheckFailed("bad_response", "GET /v1/models did not answer with a JSON object",
+                          "check that the base URL is the gateway's API root", f"body: {body_excerpt(response)}")
     _validate("models_list", payload)
     ids = [m.get("id") for m in payload.get("data", []) if isinstance(m, dict)]
     ctx.details["listed"] = len(ids)
@@ -94,11 +96,15 @@ def url_layout(ctx: CheckContext) -> None:
     if works["v1"]:
         table = client_base_urls(shown)
     elif works["bare"]:
-        table = {k: (shown if v.endswith("/v1") else shown.rsplit("/v1", 1)[0])
+        # {root}/chat/completions answers: clients that append /chat/completions take the root itself;
+        # clients that append /v1/chat/completions cannot reach this gateway.
+        table = {k: (shown if v.endswith("/v1") else f"not served ({shown}/v1/chat/completions does not answer)")
                  for k, v in client_base_urls(shown).items()}
     else:
         table = {}
     ctx.details["client_base_urls"] = table
+    if not any(works.values()) and not any(a.startswith(("HTTP 404", "HTTP 405")) for a in answers.values()):
+        ctx.post(ctx.chat_body(max_tokens=4, temperature=0))  # no layout is missing: raise the real diagnosis
     if not any(works.values()):
         raise CheckFailed("base_url", f"no URL layout under {shown} answers a chat completion",
                           "set the base URL to the gateway's API root (for TaoToken https://taotoken.net/api); "
@@ -192,7 +198,7 @@ def chat_diversity(ctx: CheckContext) -> None:
     """`samples` separate requests at temperature 0.8: at least 2 distinct outputs."""
     temperature = ctx.options.diversity_temperature
     outputs = []
-    for _ in range(ctx.settings.samples):
+    for _ in range(max(2, ctx.settings.samples)):  # one sample cannot show diversity
         payload = ctx.post(ctx.chat_body("Write one random word.", max_tokens=8, temperature=temperature)).json()
         _validate("chat_completion", payload)
         outputs.append(content_of(payload))
@@ -282,8 +288,8 @@ def chat_tools(ctx: CheckContext) -> None:
     response = ctx.post(body, expect_error=True)
     if response.status_code == 400 and "tool" in response.text.lower():
         pytest.skip(f"the model refuses tools: {body_excerpt(response, 160)}")
-    if response.status_code != 200:
-        ctx.post(body)  # raises the diagnosis
+    if response.status_code != 200 or not isinstance(_json(response), dict):
+        ctx.post(body)  # raises the diagnosis (an error status, or an HTML page: bad_response)
     payload = response.json()
     _validate("chat_completion", payload)
     calls = (payload["choices"][0].get("message") or {}).get("tool_calls") or []

@@ -365,6 +365,11 @@ def looks_like_local_path(model: str) -> bool:
 
 
 def _api_root(ex: _Exchange) -> str:
+    """The API root, for messages: a password or query value in it is masked."""
+    return display_url(_raw_api_root(ex))
+
+
+def _raw_api_root(ex: _Exchange) -> str:
     if ex.settings is not None:
         return ex.settings.api_root
     if ex.url is None:
