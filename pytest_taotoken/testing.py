@@ -62,7 +62,7 @@ SCENARIOS: dict[str, str] = {
     "retry_after_huge": "endless 429 with Retry-After: 99999",
     "retry_after_negative": "endless 429 with Retry-After: -5",
     "retry_after_garbage": "endless 429 with Retry-After: soon",
-    "server_error": "500 JSON error on every route",
+    "server_error": "`status` (default 500) JSON error on every route, e.g. status=503",
     "bad_gateway_html": "502 HTML page from a front proxy on every route",
     "gateway_timeout_html": "504 HTML page from a front proxy on every route",
     "hang": "reads the request and never answers (until `stall_s` or stop())",
@@ -110,6 +110,7 @@ class Scenario:
     recover_after: int | None = None
     slow_s: float = 5.0
     stall_s: float = 60.0
+    status: int = 500  # server_error's status
 
     def __post_init__(self) -> None:
         if self.name not in SCENARIOS:
@@ -611,7 +612,7 @@ class _Handler(BaseHTTPRequestHandler):
                                                   "requests", "rate_limit_exceeded"),
                                       headers={**_retry_after(scenario), "x-ratelimit-remaining-requests": "0"})
         if name == "server_error":
-            return lambda: self._send(500, _error("The server had an error while processing your request.",
+            return lambda: self._send(scenario.status, _error("The server had an error while processing your request.",
                                                   "server_error", None))
         if name == "bad_gateway_html":
             return lambda: self._send(502, _proxy_page(502, "Bad Gateway"), ctype="text/html")

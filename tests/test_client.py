@@ -28,14 +28,15 @@ def limited(fmt: str, value: float | str = 0.05) -> Scenario:
 
 
 def test_each_retry_after_form_is_honoured_then_success() -> None:
-    script = [limited("absent"), Scenario.of("server_error"), limited("seconds"), limited("ms"), limited("date", 1), "ok"]
+    script = [limited("absent"), Scenario.of("server_error", status=503), limited("seconds"), limited("ms"),
+              limited("date", 1), "ok"]
     with FakeGateway(script=script) as gw, build_client(settings_for(gw.base_url, max_retries="5")) as client:
         start = time.perf_counter()
         response = client.post("v1/chat/completions", json=BODY)
         elapsed = time.perf_counter() - start
     assert response.status_code == 200
     log: RetryLog = response.extensions[RETRY_LOG]
-    assert log.attempts == 6 and log.statuses == [429, 500, 429, 429, 429, 200]
+    assert log.attempts == 6 and log.statuses == [429, 503, 429, 429, 429, 200]
     assert 0.25 <= log.waits[0] <= 0.5 and 0.5 <= log.waits[1] <= 1.0  # exponential backoff with jitter
     assert log.waits[2] == pytest.approx(0.05) and log.waits[3] == pytest.approx(0.05)
     assert 0.0 <= log.waits[4] <= 1.0  # an HTTP date has one-second resolution
