@@ -126,12 +126,10 @@ class SourceRead:
         self.values.append(value)
 
 
-@dataclass
-class SourceReport:
-    """One source and every finding located in it (its own and the cross-source ones)."""
+class _BySeverity:
+    """``errors`` and ``warnings`` of whatever ``findings`` a class holds."""
 
-    read: SourceRead
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[Finding]
 
     @property
     def errors(self) -> list[Finding]:
@@ -140,6 +138,14 @@ class SourceReport:
     @property
     def warnings(self) -> list[Finding]:
         return [f for f in self.findings if f.severity == "warning"]
+
+
+@dataclass
+class SourceReport(_BySeverity):
+    """One source and every finding located in it (its own and the cross-source ones)."""
+
+    read: SourceRead
+    findings: list[Finding] = field(default_factory=list)
 
     @property
     def status(self) -> str:
@@ -159,23 +165,15 @@ class SourceReport:
 
 
 @dataclass
-class DoctorResult:
+class DoctorResult(_BySeverity):
     """Every source checked and every finding, in source order."""
 
     root: str
     sources: list[SourceReport] = field(default_factory=list)
 
     @property
-    def findings(self) -> list[Finding]:
+    def findings(self) -> list[Finding]:  # type: ignore[override]
         return [f for s in self.sources for f in s.findings]
-
-    @property
-    def errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "error"]
-
-    @property
-    def warnings(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "warning"]
 
     @property
     def ok(self) -> bool:
