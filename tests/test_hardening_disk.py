@@ -8,7 +8,7 @@
   over the stale lock files the killed run left.
 - Consecutive record and replay runs under ``pytest -n 4`` lose no cassette and corrupt none.
 
-Loop sizes: ``TAOTOKEN_HARDENING_KILL_RUNS`` (default 6; the issue's development run uses >= 20) and
+Loop sizes: ``TAOTOKEN_HARDENING_KILL_RUNS`` (default 20, as the issue asks) and
 ``TAOTOKEN_HARDENING_XDIST_RUNS`` (default 1; development: 40).
 """
 
@@ -34,7 +34,7 @@ KEY = "sk-test-fake-00000000000d15c0"
 ENV_VARS = ("TAOTOKEN_BASE_URL", "OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_API_KEY", "RL_SAMPLE_MODEL",
             "RL_EVAL_MODEL", "OPENAI_MODEL", "GITHUB_STEP_SUMMARY", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
             "http_proxy", "https_proxy", "all_proxy", "PYTEST_ADDOPTS")
-KILL_RUNS = int(os.environ.get("TAOTOKEN_HARDENING_KILL_RUNS", "6"))
+KILL_RUNS = int(os.environ.get("TAOTOKEN_HARDENING_KILL_RUNS", "20"))
 XDIST_RUNS = int(os.environ.get("TAOTOKEN_HARDENING_XDIST_RUNS", "1"))
 FIGURES: dict[str, int] = {}
 
