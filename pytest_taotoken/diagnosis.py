@@ -33,7 +33,7 @@ import httpx
 from .errors import ContractViolation, ExchangeFailed
 from .keys import is_placeholder, mask_key, redact
 from .retry import RetryLog, parse_retry_after
-from .urls import client_base_urls, display_url
+from .urls import client_base_urls, display_url, no_proxy_exempts
 
 if TYPE_CHECKING:
     from .settings import Settings
@@ -124,26 +124,6 @@ def _env_proxy_vars(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
     return found
 
 
-def _no_proxy_matches(host: str, entries: str) -> bool:
-    host = host.lower().strip("[]")
-    for raw in entries.split(","):
-        entry = raw.strip().lower()
-        if not entry:
-            continue
-        if entry == "*":
-            return True
-        if "://" in entry:
-            entry = entry.split("://", 1)[1]
-        entry = entry.strip("[]").split("/", 1)[0]
-        if entry.count(":") == 1:
-            entry = entry.split(":", 1)[0]
-        if host == entry.lstrip(".") or host.endswith("." + entry.lstrip(".")) or (
-            not entry.startswith(".") and host.endswith(entry)
-        ):
-            return True
-    return False
-
-
 def proxy_in_force(url: httpx.URL | str, env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
     """``(variable, value)`` of the environment proxy httpx uses for ``url``, or None.
 
@@ -152,7 +132,7 @@ def proxy_in_force(url: httpx.URL | str, env: Mapping[str, str] | None = None) -
     """
     url = httpx.URL(str(url))
     found = _env_proxy_vars(os.environ if env is None else env)
-    if "no_proxy" in found and _no_proxy_matches(url.host, found["no_proxy"][1]):
+    if "no_proxy" in found and no_proxy_exempts(url.host, found["no_proxy"][1]):
         return None
     for key in (f"{url.scheme}_proxy", "all_proxy"):
         if key in found:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from urllib.parse import SplitResult, urlsplit, urlunsplit
 
@@ -59,6 +60,37 @@ def display_url(url: str) -> str:
     except ValueError:
         return "<unparseable URL>"
     return _USERINFO_LIKE_RE.sub(lambda m: f"{m.group(1)}{m.group(2)}:***@", url)
+
+
+def no_proxy_exempts(host: str, entries: str | Iterable[str]) -> bool:
+    """True if ``NO_PROXY`` (a comma-separated string, or its entries) exempts ``host`` from the proxy.
+
+    Read as curl reads it: ``*`` for every host, ``example.com`` or ``.example.com`` for the domain and
+    its subdomains, a port ignored, IPs and CIDR ranges. httpx, which the plugin's clients use, agrees
+    except that it ignores CIDR ranges and takes ``.example.com`` for subdomains only. The doctor and
+    the diagnosis share this one reading, so they never disagree about whether a proxy applies.
+    """
+    if isinstance(entries, str):
+        entries = entries.split(",")
+    host = host.lower().strip("[]")
+    for entry in entries:
+        e = entry.strip().lower()
+        if not e:
+            continue
+        if e == "*":
+            return True
+        e = re.sub(r"^[a-z0-9+.\-]+://", "", e)
+        if e.count(":") == 1:
+            e = e.rsplit(":", 1)[0]
+        e = e.strip("[]").lstrip("*").lstrip(".")
+        if e and (host == e or host.endswith("." + e)):
+            return True
+        try:
+            if ipaddress.ip_address(host) in ipaddress.ip_network(e, strict=False):
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 def is_loopback(host: str) -> bool:

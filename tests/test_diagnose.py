@@ -185,6 +185,7 @@ def test_no_proxy_switches_the_proxy_off(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("NO_PROXY", "example.com,127.0.0.1")
     assert proxy_in_force("https://127.0.0.1:1/api") is None
     assert proxy_in_force("https://api.example.com/v1") is None
+    assert proxy_in_force("https://notexample.com/v1") == ("HTTPS_PROXY", proxy)  # a suffix is not a domain
     assert proxy_in_force("https://taotoken.net/api") == ("HTTPS_PROXY", proxy)
     assert proxy_in_force("http://taotoken.net/api") is None
     diagnosis = failure(make_settings(f"https://127.0.0.1:{closed_port()}/api")).diagnosis

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from pytest_taotoken.doctor import DoctorResult, discover, doctor_report, registered_checks, render_text, run_doctor
-from pytest_taotoken.doctor.cross import bypasses
 from pytest_taotoken.doctor.probes import git_state, loopback_listening
 from pytest_taotoken.doctor.registry import value_check
+from pytest_taotoken.urls import no_proxy_exempts
 
 FIXTURES = Path(__file__).parent / "doctor_fixtures"
 KEY = "sk-test-fake-0000000000001a2b"
@@ -247,7 +247,8 @@ def test_the_probe_never_connects_to_a_non_loopback_host(monkeypatch: pytest.Mon
     ("nottaotoken.net", ["taotoken.net"], False),
 ])
 def test_no_proxy_matching(host: str, entries: list[str], bypassed: bool) -> None:
-    assert bypasses(host, entries) is bypassed
+    assert no_proxy_exempts(host, entries) is bypassed
+    assert no_proxy_exempts(host, ",".join(entries)) is bypassed  # the variable's own form
 
 
 def test_checks_are_a_registry_that_refuses_duplicates() -> None:

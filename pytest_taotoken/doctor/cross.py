@@ -8,15 +8,13 @@ names every source with the value it holds.
 
 from __future__ import annotations
 
-import ipaddress
-import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
 from ..findings import Finding
 from ..keys import clean_key, fingerprint, is_placeholder
-from ..urls import normalize_base_url
+from ..urls import no_proxy_exempts, normalize_base_url
 from .checks import DEFAULT_GATEWAY, LITELLM_CLIENTS, OPENAI_COMPAT_PREFIXES, as_number, expected_url
 from .model import ConfigValue, SourceRead, env_reference
 from .registry import Context, cross_check
@@ -146,29 +144,6 @@ def check_consistency(reads: list[SourceRead], ctx: Context) -> Iterator[tuple[C
 # ---------------------------------------------------------------- proxy against NO_PROXY
 
 
-def bypasses(host: str, entries: Iterable[str]) -> bool:
-    """True if ``NO_PROXY``-style ``entries`` exempt ``host`` from the proxy (as curl, requests and httpx read them)."""
-    host = host.lower().strip("[]")
-    for entry in entries:
-        e = entry.strip().lower()
-        if not e:
-            continue
-        if e == "*":
-            return True
-        e = re.sub(r"^[a-z0-9+.\-]+://", "", e)
-        if e.count(":") == 1:
-            e = e.rsplit(":", 1)[0]
-        e = e.strip("[]").lstrip("*").lstrip(".")
-        if e and (host == e or host.endswith("." + e)):
-            return True
-        try:
-            if ipaddress.ip_address(host) in ipaddress.ip_network(e, strict=False):
-                return True
-        except ValueError:
-            continue
-    return False
-
-
 @cross_check("no_proxy")
 def check_no_proxy(reads: list[SourceRead], ctx: Context) -> Iterator[tuple[ConfigValue, Finding]]:
     gateways: set[tuple[str, str]] = set()
@@ -186,7 +161,7 @@ def check_no_proxy(reads: list[SourceRead], ctx: Context) -> Iterator[tuple[Conf
                 continue
             name = v.name.rsplit(".", 1)[-1].lower()
             schemes = {"http_proxy": {"http"}, "https_proxy": {"https"}}.get(name, {"http", "https"})
-            hosts = sorted({h for s, h in gateways if s in schemes and not bypasses(h, entries)})
+            hosts = sorted({h for s, h in gateways if s in schemes and not no_proxy_exempts(h, entries)})
             if not hosts:
                 continue
             listed = ",".join(hosts)
