@@ -42,21 +42,17 @@ def _failure_fields(report: pytest.TestReport) -> dict[str, Any]:
 
 
 def failure_fields_from_exception(exc: BaseException) -> dict[str, Any] | None:
-    """What the report says of an exception: the check's verdict, a diagnosis, a contract break."""
-    from .errors import ContractViolation, ExchangeFailed
+    """What the report says of an exception: the check's verdict, else the diagnosis of the exception."""
     from .suite.registry import CheckFailed
 
     if isinstance(exc, CheckFailed):
         return {"category": exc.category, "summary": redact(exc.summary), "fix": redact(exc.fix)}
-    if isinstance(exc, ExchangeFailed) and exc.diagnosis is not None:
-        d = exc.diagnosis
-        return {"category": d.category, "summary": redact(d.summary), "fix": redact(d.fix)}
-    if isinstance(exc, ContractViolation) or type(exc).__name__ == "StreamError":
-        category = "stream" if type(exc).__name__ == "StreamError" else "contract"
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return {"category": category, "summary": redact(first[:300]),
-                "fix": "the reply breaks the OpenAI wire format that clients parse; see the message for the path"}
-    return None
+    if not isinstance(exc, Exception):
+        return None
+    from .diagnosis import diagnose  # the one place that maps exceptions (httpx, contract, stream) to causes
+
+    d = diagnose(exception=exc, fetch_models=False)
+    return {"category": d.category, "summary": redact(d.summary), "fix": redact(d.fix)} if d else None
 
 
 def redact_report(report: pytest.TestReport) -> None:
