@@ -303,26 +303,33 @@ def _check_message(
     )
 
 
+def _choices(kind: str, level: str, payload: dict[str, Any], warnings: list[str]) -> list[tuple[int, dict[str, Any]]]:
+    """The rules every choice list shares (unique indexes, a standard finish_reason); the choices to check further."""
+    choices = payload.get("choices")
+    if not isinstance(choices, list):
+        return []
+    if len(choices) > 1:
+        _check_unique_indexes(kind, level, choices)
+    out = []
+    for i, choice in enumerate(choices):
+        if isinstance(choice, dict):
+            out.append((i, choice))
+            note = _finish_reason_warning(f"choices[{i}]", choice.get("finish_reason"))
+            if note:
+                warnings.append(note)
+    return out
+
+
 def check_chat_completion(payload: Any, level: str = "compatible") -> list[str]:
     """Semantic rules of a non-streamed chat completion; raises or returns warnings."""
     kind = "chat_completion"
     warnings: list[str] = []
     if not isinstance(payload, dict):
         return warnings
-    choices = payload.get("choices")
-    if isinstance(choices, list):
-        if len(choices) > 1:
-            _check_unique_indexes(kind, level, choices)
-        for i, choice in enumerate(choices):
-            if not isinstance(choice, dict):
-                continue
-            reason = choice.get("finish_reason")
-            message = choice.get("message")
-            if isinstance(message, dict):
-                _check_message(kind, level, message, i, reason, warnings)
-            note = _finish_reason_warning(f"choices[{i}]", reason)
-            if note:
-                warnings.append(note)
+    for i, choice in _choices(kind, level, payload, warnings):
+        message = choice.get("message")
+        if isinstance(message, dict):
+            _check_message(kind, level, message, i, choice.get("finish_reason"), warnings)
     _check_usage(payload.get("usage"), warnings)
     _check_created(payload, warnings)
     return warnings
@@ -334,15 +341,7 @@ def check_chunk(payload: Any, level: str = "compatible") -> list[str]:
     warnings: list[str] = []
     if not isinstance(payload, dict):
         return warnings
-    choices = payload.get("choices")
-    if isinstance(choices, list):
-        if len(choices) > 1:
-            _check_unique_indexes(kind, level, choices)
-        for i, choice in enumerate(choices):
-            if isinstance(choice, dict):
-                note = _finish_reason_warning(f"choices[{i}]", choice.get("finish_reason"))
-                if note:
-                    warnings.append(note)
+    _choices(kind, level, payload, warnings)
     obj = payload.get("object")
     if obj not in ("chat.completion.chunk", "") and obj is not None:
         warnings.append(f"chunk object is {obj!r}, not 'chat.completion.chunk'; strict clients reject the chunk")

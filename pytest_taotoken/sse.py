@@ -597,8 +597,8 @@ class StreamAssembler:
         if isinstance(reason, str) and reason:
             choice.finish_reason = reason
 
-    def finish(self) -> StreamResult:
-        """Close the parser, fold what it still held, and return the result (see :meth:`StreamResult.check`)."""
+    def finish(self, *, check: bool = False) -> StreamResult:
+        """Close the parser, fold what it still held, and return the result; ``check``: :meth:`StreamResult.check` it."""
         for event in self.parser.close(self.clock()):
             self.feed_event(event)
         res = self.result
@@ -616,6 +616,8 @@ class StreamAssembler:
             for j, call in enumerate(choice.tool_calls):
                 if not call["id"]:
                     self._warn(f"choice {choice.index} tool call {j} has no id; the tool result cannot be sent back by id")
+        if check:
+            res.check()
         return res
 
 
@@ -681,10 +683,7 @@ def assemble(
     asm = StreamAssembler(level=level, validate=validate, started_at=started_at, clock=clock)
     for chunk in _as_chunks(source):
         asm.feed_bytes(chunk)
-    result = asm.finish()
-    if check:
-        result.check()
-    return result
+    return asm.finish(check=check)
 
 
 async def aassemble(
@@ -700,7 +699,4 @@ async def aassemble(
     asm = StreamAssembler(level=level, validate=validate, started_at=started_at, clock=clock)
     async for chunk in source:
         asm.feed_bytes(chunk)
-    result = asm.finish()
-    if check:
-        result.check()
-    return result
+    return asm.finish(check=check)
