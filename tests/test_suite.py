@@ -180,3 +180,17 @@ def test_an_unwritable_report_is_one_line_and_a_failed_run(pytester: pytest.Pyte
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["taotoken: cannot write the report /proc/report.json: *. Fix: give --taotoken-report*"])
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_body_excerpts_mask_the_key_before_cutting() -> None:
+    """A key that straddles the excerpt's end must not leave its first characters behind."""
+    import httpx
+
+    from pytest_taotoken.keys import register_secret
+    from pytest_taotoken.suite.context import body_excerpt
+
+    key = "sk-canary-" + "q7Wz3LmP9x" * 4
+    register_secret(key)
+    for pad in range(150, 200):
+        excerpt = body_excerpt(httpx.Response(401, json={"error": {"message": "x" * pad + key}}))
+        assert not any(key[i:i + 8] in excerpt for i in range(len(key) - 7)), pad

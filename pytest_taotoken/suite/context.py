@@ -107,10 +107,11 @@ def content_of(payload: Any) -> str:
 
 
 def body_excerpt(response: httpx.Response, limit: int = 200) -> str:
-    from ..keys import redact
+    """The body's first ``limit`` characters, masked before it is cut (half a key would escape the mask)."""
+    from ..diagnosis import mask_text
 
     try:
-        text = json.dumps(response.json())[:limit]
+        text = json.dumps(response.json())
     except ValueError:
-        text = response.text[:limit]
-    return redact(text)
+        text = response.text
+    return mask_text(text)[:limit]
