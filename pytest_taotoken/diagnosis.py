@@ -628,7 +628,7 @@ def _validate(kind: str, payload: Any) -> ContractViolation | None:
 
 
 def _contract(ex: _Exchange, violation: ContractViolation) -> Diagnosis:
-    text = str(violation)
+    text = ex.mask(str(violation))  # masked before any cut below
     summary = f"the reply from {ex.where()} breaks the {violation.kind or 'response'} contract at {violation.path}"
     fix = (f"{text.splitlines()[0][:300] if text else 'see the violation'}; report it to the gateway's operator,"
            " or relax the contract only if every client you use tolerates it")
@@ -636,7 +636,7 @@ def _contract(ex: _Exchange, violation: ContractViolation) -> Diagnosis:
     for attr in ("offset", "line"):
         value = getattr(violation, attr, None)
         if value is not None:
-            ev[attr] = ex.mask(str(value)[:200])
+            ev[attr] = ex.mask(str(value))[:200]
     return Diagnosis("contract", ex.mask(summary), ex.mask(fix), ev)
 
 
@@ -762,7 +762,7 @@ def _proxy(ex: _Exchange, exc: BaseException, var: str, value: str) -> Diagnosis
     fix = (f"unset {var} (`unset {var}`), or add {host} to NO_PROXY"
            f" (`export NO_PROXY={no_proxy + ',' if no_proxy else ''}{host}`); the proxy {display_url(value)}"
            " refused or dropped the connection")
-    return Diagnosis("proxy", ex.mask(summary[:400]), ex.mask(fix), ex.evidence(error=ex.mask(str(exc)[:300])))
+    return Diagnosis("proxy", ex.mask(summary)[:400], ex.mask(fix), ex.evidence(error=ex.mask(str(exc))[:300]))
 
 
 def _connection(ex: _Exchange, exc: BaseException) -> Diagnosis:
@@ -794,7 +794,7 @@ def _connection(ex: _Exchange, exc: BaseException) -> Diagnosis:
     after = f" (after {retries} retr{'y' if retries == 1 else 'ies'})" if retries else ""
     summary = f"{type(exc).__name__} for {ex.where()}: {what}{after}"
     return Diagnosis("connection", ex.mask(summary), ex.mask(f"{fix}. The error was: {text[:200]}"),
-                     ex.evidence(host=f"{host}:{port}", error=ex.mask(text[:300])))
+                     ex.evidence(host=f"{host}:{port}", error=ex.mask(text)[:300]))
 
 
 def _from_exception(ex: _Exchange, exc: BaseException) -> Diagnosis | None:

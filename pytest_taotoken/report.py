@@ -38,7 +38,7 @@ def _failure_fields(report: pytest.TestReport) -> dict[str, Any]:
         return {"category": None, "summary": redact(str(reason).removeprefix("Skipped: ")), "fix": ""}
     last = [line for line in text.splitlines() if line.startswith("E ")]
     summary = last[0][1:].strip() if last else (text.splitlines()[-1] if text else "")
-    return {"category": "other", "summary": redact(summary[:300]), "fix": ""}
+    return {"category": "other", "summary": redact(summary)[:300], "fix": ""}
 
 
 def failure_fields_from_exception(exc: BaseException) -> dict[str, Any] | None:
