@@ -39,8 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _usage_error(message: str) -> int:
-    sys.stderr.write(f"taotoken doctor: error: {message}\n")
+def _usage_error(message: str, prog: str = "taotoken doctor") -> int:
+    sys.stderr.write(f"{prog}: error: {message}\n")
     return EXIT_USAGE
 
 
@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     if args.command is None:
         parser.print_usage(sys.stderr)
-        return _usage_error("give a command, e.g. `taotoken doctor`")
+        return _usage_error("give a command, e.g. `taotoken doctor`", prog="taotoken")
     return doctor_main(args)
 
 
